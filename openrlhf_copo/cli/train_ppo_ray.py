@@ -1,0 +1,135 @@
+"""`python -m openrlhf_copo.cli.train_ppo_ray`: OpenRLHF's train_ppo_ray, with COPO.
+
+Runs OpenRLHF's own `openrlhf.cli.train_ppo_ray` main (its parser lives under
+`if __name__ == "__main__"`, so it is run, not imported) with four hooks:
+
+- its parser gains the COPO estimators, the `--advantage_estimator` alias and the `--copo.*` flags;
+- the parsed args are checked: a setting that breaks COPO stops the run with a one-line reason;
+- `ray.init` gets our `worker_process_setup_hook`, so every Ray worker applies the COPO patches;
+- without a CUDA device it stops with a clear message instead of a CUDA traceback.
+
+Every other flag keeps OpenRLHF's meaning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import runpy
+import sys
+from typing import List, Optional
+
+OPENRLHF_MAIN = "openrlhf.cli.train_ppo_ray"
+PROG = "python -m openrlhf_copo.cli.train_ppo_ray"
+
+
+class _StopBeforeTraining(Exception):
+    pass
+
+
+def _fail(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+@contextlib.contextmanager
+def _openrlhf_hooks(captured: dict, stop_before_training: bool):
+    import ray
+
+    import openrlhf.utils.config as orl_config
+    from openrlhf_copo.openrlhf_ext import patches
+    from openrlhf_copo.openrlhf_ext.config import copo_problems, estimator_action, extend_openrlhf_parser, is_copo
+
+    original_parse_args = argparse.ArgumentParser.parse_args
+    original_hierarchize = orl_config.hierarchize
+    original_init = ray.init
+    original_is_initialized = ray.is_initialized
+
+    def parse_args(self, args=None, namespace=None):
+        if "parser" not in captured and estimator_action(self) is not None:
+            self.prog = PROG
+            extend_openrlhf_parser(self)
+            captured["parser"] = self
+        return original_parse_args(self, args, namespace)
+
+    def hierarchize(flat):
+        nested = original_hierarchize(flat)
+        if "parser" in captured and "args" not in captured:
+            captured["args"] = nested
+            problems = copo_problems(nested)
+            if problems:
+                _fail(problems[0])
+            if is_copo(nested):
+                try:
+                    patches.apply()  # in the driver too; fails early on an unsupported openrlhf
+                except patches.OpenRLHFVersionError as e:
+                    _fail(str(e))
+            if not stop_before_training:
+                _require_gpu()
+        return nested
+
+    def init(*args, **kwargs):
+        runtime_env = dict(kwargs.get("runtime_env") or {})
+        hook = runtime_env.get("worker_process_setup_hook")
+        if hook not in (None, patches.RAY_WORKER_SETUP_HOOK):
+            _fail(f"runtime_env already sets worker_process_setup_hook={hook!r}; openrlhf_copo needs its own "
+                  f"({patches.RAY_WORKER_SETUP_HOOK}) to patch every Ray worker")
+        runtime_env["worker_process_setup_hook"] = patches.RAY_WORKER_SETUP_HOOK
+        kwargs["runtime_env"] = runtime_env
+        return original_init(*args, **kwargs)
+
+    def is_initialized():
+        if stop_before_training and "args" in captured:
+            raise _StopBeforeTraining()  # train(args) starts here
+        return original_is_initialized()
+
+    argparse.ArgumentParser.parse_args = parse_args
+    orl_config.hierarchize = hierarchize
+    ray.init = init
+    ray.is_initialized = is_initialized
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.parse_args = original_parse_args
+        orl_config.hierarchize = original_hierarchize
+        ray.init = original_init
+        ray.is_initialized = original_is_initialized
+
+
+def _require_gpu() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        _fail("no CUDA device on this machine: OpenRLHF's Ray PPO pipeline places its actors and vLLM engines on "
+              "GPUs. Without one, run the COPO math and OpenRLHF integration tests instead (README, 'Without a GPU')")
+
+
+def _run(argv: List[str], stop_before_training: bool) -> dict:
+    captured: dict = {}
+    saved_argv = sys.argv
+    sys.argv = [PROG] + list(argv)
+    try:
+        with _openrlhf_hooks(captured, stop_before_training):
+            runpy.run_module(OPENRLHF_MAIN, run_name="__main__", alter_sys=False)
+    except _StopBeforeTraining:
+        pass
+    finally:
+        sys.argv = saved_argv
+    return captured
+
+
+def load_args(argv: List[str]):
+    """The fully validated, hierarchized args that `train(args)` would receive, without training.
+
+    Runs OpenRLHF's parser and its post-parse checks with the COPO hooks, then stops where
+    `train(args)` begins. Used by tests and the example-script check.
+    """
+    return _run(argv, stop_before_training=True)["args"]
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    _run(sys.argv[1:] if argv is None else argv, stop_before_training=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,8 @@
+"""The thin layer between COPO's math (`openrlhf_copo.core`) and OpenRLHF 0.11.x.
+
+Every place this project touches OpenRLHF is in this folder:
+- `config.py`: the `--copo.*` flags, the estimator choices and the settings COPO refuses;
+- `advantages.py`: COPO in place of group normalization in the experience maker;
+- `loss.py`: the two-term COPO loss over OpenRLHF's PolicyLoss;
+- `patches.py`: installs the above into openrlhf's classes, in every Ray worker.
+"""

@@ -1,0 +1,119 @@
+"""COPO in place of OpenRLHF's group normalization (`RemoteExperienceMaker.compute_advantages_and_returns`).
+
+OpenRLHF computes advantages once per rollout batch, on the single controller, before the batch
+is split into mini-batches and sharded over data-parallel ranks: exactly where COPO's global
+advantage must be computed. For COPO estimators this function replaces OpenRLHF's:
+
+    rewards (+ length penalties) -> [B, G] by prompt  -> copo_advantages(...)
+    experience.advantages        = w_local * A_local   on every action token (first clipped term)
+    experience.info["copo_global_adv"] = w_global * A_global  per sample    (second clipped term)
+
+The per-sample global term travels in `info`, which OpenRLHF splits, shuffles and collates with
+the samples; `openrlhf_copo.openrlhf_ext.loss` turns it into the second PolicyLoss term.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import List
+
+import torch
+
+from openrlhf_copo.core import copo_advantages
+from openrlhf_copo.openrlhf_ext.config import CopoConfigError, copo_settings
+
+ANSWER_ID_KEY = "copo_answer_id"
+CORRECT_KEY = "copo_correct"
+GLOBAL_ADV_KEY = "copo_global_adv"
+
+
+def _info_column(experiences, key: str) -> torch.Tensor:
+    """One per-sample value of ``info[key]`` per response, in experience order."""
+    cols = []
+    for exp in experiences:
+        if key not in exp.info:
+            raise CopoConfigError(
+                f"the reward function returned no extra_logs['{key}'] for prompt {exp.prompts[:1]!r}: COPO needs "
+                "one answer id per response; use --reward.remote_url openrlhf_copo/rewards/math_reward.py"
+            )
+        value = exp.info[key]
+        value = torch.stack(list(value)) if isinstance(value, (list, tuple)) else value
+        cols.append(value.reshape(-1))
+    return torch.cat(cols)
+
+
+@torch.no_grad()
+def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
+    """Replacement for `RemoteExperienceMaker.compute_advantages_and_returns` under COPO estimators."""
+    # Length penalties are OpenRLHF's, looked up where its experience maker looks them up.
+    from openrlhf.trainer.ppo_utils import experience_maker as em
+
+    args = maker.strategy.args
+    if args.algo.kl.init_coef > 0 and not args.algo.kl.use_loss:
+        raise CopoConfigError("COPO with a KL penalty in the reward: add --algo.kl.use_loss or --algo.kl.init_coef 0")
+    n = args.rollout.n_samples_per_prompt
+
+    for exp in experiences:
+        exp.rewards = exp.rewards.to(torch.promote_types(exp.rewards.dtype, torch.float32))
+    em.apply_length_penalties(experiences, args)
+
+    # Responses back in prompt order: OpenRLHF numbered them (`experience.index`) before
+    # splitting the rollout batch into micro-batches.
+    exp_len = [len(exp.index) for exp in experiences]
+    indices = torch.tensor(list(itertools.chain.from_iterable(exp.index for exp in experiences)))
+    total = int(indices.numel())
+    if total % n != 0:
+        raise CopoConfigError(f"{total} responses is not a multiple of --rollout.n_samples_per_prompt {n}")
+
+    def by_prompt(values: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(values)
+        out[indices] = values
+        return out.reshape(-1, n)
+
+    rewards = by_prompt(torch.cat([exp.rewards.reshape(-1) for exp in experiences]))
+    answer_ids = by_prompt(_info_column(experiences, ANSWER_ID_KEY).to(torch.int64))
+    has_correct = all(CORRECT_KEY in exp.info for exp in experiences)
+    correct = by_prompt(_info_column(experiences, CORRECT_KEY).float()) > 0.5 if has_correct else None
+
+    adv = copo_advantages(rewards, answer_ids, correct, **copo_settings(args))
+    if correct is None:
+        correct = rewards > 0
+
+    # Per-response columns, back in experience order.
+    G = n
+    columns = {
+        "w_local_adv": adv.weighted_local,
+        "w_global_adv": adv.weighted_global,
+        "copo_entropy": adv.entropy.unsqueeze(1).expand(-1, G),
+        "copo_w_local": adv.w_local,
+        "copo_w_global": adv.w_global,
+        "copo_local_adv": adv.local_adv,
+        "copo_global_adv_raw": adv.global_adv,
+        "copo_all_correct": correct.all(1, keepdim=True).expand(-1, G).float(),
+        "copo_all_incorrect": (~correct.any(1, keepdim=True)).expand(-1, G).float(),
+        "copo_zero_std": (rewards.amax(1, keepdim=True) == rewards.amin(1, keepdim=True)).expand(-1, G).float(),
+        # Share of responses with a non-zero gradient weight: GRPO's (A_local) versus COPO's (either term).
+        "copo_signal_grpo": (adv.local_adv != 0).float(),
+        "copo_signal_copo": ((adv.weighted_local != 0) | (adv.weighted_global != 0)).float(),
+        "group_reward_std": rewards.std(1, keepdim=True).expand(-1, G),
+    }
+    split = {k: v.reshape(-1)[indices].split(exp_len) for k, v in columns.items()}
+    batch_constants = {"copo_global_adv_std": adv.stats["global_adv_std"],
+                       "copo_prompt_reward_mean": adv.stats["prompt_reward_mean"]}
+
+    for i, exp in enumerate(experiences):
+        mask = exp.action_mask.to(torch.float32)
+        local = split["w_local_adv"][i].to(torch.float32)
+        exp.advantages = local.unsqueeze(1) * mask
+        exp.returns = exp.advantages.clone()
+        exp.info[GLOBAL_ADV_KEY] = split["w_global_adv"][i].to(torch.float32)
+        exp.info["return"] = local + exp.info[GLOBAL_ADV_KEY]
+        for k in columns:
+            if k.startswith("copo_") or k == "group_reward_std":
+                exp.info[k] = split[k][i].to(torch.float32)
+        for k, v in batch_constants.items():
+            exp.info[k] = torch.full((len(exp.index),), float(v))
+        # Ids are labels, not metrics: averaging them into the logs would be noise.
+        exp.info.pop(ANSWER_ID_KEY, None)
+        exp.kl = None
+    return experiences

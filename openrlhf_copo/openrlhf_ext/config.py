@@ -1,0 +1,132 @@
+"""COPO's command-line flags and the settings OpenRLHF must not combine with them.
+
+The flags are added to OpenRLHF's own `train_ppo_ray` parser (see `openrlhf_copo.cli`), so they
+show in `--help` and arrive hierarchized as `args.copo.*` in every Ray actor, next to OpenRLHF's.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Dict, List, Optional
+
+from openrlhf_copo.core import MODES, STDS, ZERO_CONTROLS
+
+#: Values of `--algo.advantage.estimator` (alias `--advantage_estimator`) that select COPO.
+#: `copo` follows `--copo.mode` (default `copo`); the others name an ablation of the paper.
+COPO_ESTIMATORS = ("copo", "go_selective", "go_blended", "go_only", "copo_selective")
+
+
+class CopoConfigError(ValueError):
+    """A setting that would break COPO; the message is one line naming the flag."""
+
+
+def is_copo(args) -> bool:
+    """True when the run's advantage estimator is one of COPO's."""
+    return getattr(getattr(getattr(args, "algo", None), "advantage", None), "estimator", None) in COPO_ESTIMATORS
+
+
+def add_copo_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `--copo.*` flags, in OpenRLHF's dotted style. Defaults are the paper's best setting."""
+    g = parser.add_argument_group("COPO (openrlhf_copo)")
+    g.add_argument("--copo.gamma", type=float, default=20.0,
+                   help="sharpness of w_local = sigmoid(gamma * (H - rho)) (paper's best: 20; released script: 5)")
+    g.add_argument("--copo.rho", type=float, default=1.5,
+                   help="entropy threshold rho of the blend (paper's best: 1.5; released script: 1)")
+    g.add_argument("--copo.mode", type=str, choices=MODES, default=None,
+                   help="advantage mode; default: the estimator's name (copo -> copo). 'grpo' runs plain GRPO "
+                        "through the same code path, as a baseline")
+    g.add_argument("--copo.zero_control", type=str, choices=ZERO_CONTROLS, default="prompt",
+                   help="mode copo: w_local=0 for all-incorrect prompts (prompt, the paper), for every incorrect "
+                        "response (response, the authors' released code), or never (none)")
+    g.add_argument("--copo.std", type=str, choices=STDS, default="population",
+                   help="std in both advantages: population (paper's worked example) or unbiased (released code)")
+    g.add_argument("--copo.eps", type=float, default=1e-6, help="added to the std in both advantages")
+    g.add_argument("--copo.entropy_base", type=float, default=2.0,
+                   help="log base of the consistency entropy (2 reproduces the paper's appendix)")
+
+
+def resolve_mode(args) -> str:
+    """The core's `mode` for this run: `--copo.mode`, else the estimator's name."""
+    estimator = args.algo.advantage.estimator
+    mode = args.copo.mode
+    if mode is None:
+        return estimator
+    if estimator != "copo" and mode != estimator:
+        raise CopoConfigError(
+            f"--algo.advantage.estimator {estimator} conflicts with --copo.mode {mode}: "
+            f"use --advantage_estimator copo --copo.mode {mode}"
+        )
+    return mode
+
+
+def copo_settings(args) -> Dict[str, Any]:
+    """Keyword arguments for `openrlhf_copo.core.copo_advantages` from the run's args."""
+    c = args.copo
+    return dict(mode=resolve_mode(args), gamma=float(c.gamma), rho=float(c.rho), zero_control=c.zero_control,
+                std=c.std, eps=float(c.eps), entropy_base=float(c.entropy_base))
+
+
+def copo_problems(args) -> List[str]:
+    """Every reason this configuration cannot run COPO (empty when it can). One line each."""
+    if not is_copo(args):
+        return []
+    problems = []
+    try:
+        resolve_mode(args)
+    except CopoConfigError as e:
+        problems.append(str(e))
+    n = args.rollout.n_samples_per_prompt
+    if n < 2:
+        problems.append(f"--rollout.n_samples_per_prompt {n}: COPO needs at least 2 responses per prompt "
+                        "(its local advantage and consistency entropy are per-prompt group statistics)")
+    if args.algo.dynamic_filtering_enable:
+        problems.append("--algo.dynamic_filtering_enable drops the all-correct / all-incorrect prompts that COPO's "
+                        "global advantage learns from: run DAPO-style filtering with --advantage_estimator group_norm")
+    if args.algo.kl.init_coef > 0 and not args.algo.kl.use_loss:
+        problems.append(f"--algo.kl.init_coef {args.algo.kl.init_coef} without --algo.kl.use_loss folds a KL penalty "
+                        "into the reward, where COPO would scale it by w_local: add --algo.kl.use_loss (the paper's "
+                        "KL loss) or set --algo.kl.init_coef 0")
+    remote = args.reward.remote_url
+    if not remote:
+        problems.append("COPO needs each response's answer id from a reward function: set --reward.remote_url "
+                        "openrlhf_copo/rewards/math_reward.py (or a function that returns "
+                        "extra_logs['copo_answer_id'])")
+    if args.train.async_enable:
+        problems.append("--train.async_enable is not supported with COPO yet: its rollout batches are filled from a "
+                        "queue across policy versions, so the batch-level global advantage is not tested there")
+    c = args.copo
+    if c.eps < 0:
+        problems.append(f"--copo.eps {c.eps} must be >= 0")
+    if c.entropy_base <= 0 or c.entropy_base == 1:
+        problems.append(f"--copo.entropy_base {c.entropy_base} must be positive and != 1")
+    return problems
+
+
+def check_copo_args(args) -> None:
+    """Raise `CopoConfigError` with the first problem of `copo_problems`."""
+    problems = copo_problems(args)
+    if problems:
+        raise CopoConfigError(problems[0])
+
+
+def estimator_action(parser: argparse.ArgumentParser) -> Optional[argparse.Action]:
+    """OpenRLHF's `--algo.advantage.estimator` action of ``parser``, if it has one."""
+    return parser._option_string_actions.get("--algo.advantage.estimator")
+
+
+def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
+    """Make COPO part of OpenRLHF's parser: estimator choices, the short alias, the COPO flags."""
+    action = estimator_action(parser)
+    if action is None:
+        raise RuntimeError("openrlhf's train_ppo_ray parser has no --algo.advantage.estimator: the CLI moved")
+    if "copo" in (action.choices or ()):
+        return
+    action.choices = list(action.choices) + [e for e in COPO_ESTIMATORS if e not in action.choices]
+    action.help = (action.help or "") + "; COPO: " + ", ".join(COPO_ESTIMATORS) + " (openrlhf_copo)"
+    action.metavar = "ESTIMATOR"  # the choices are listed in the help text, not three times over
+    # `--advantage_estimator` (OpenRLHF's pre-0.10.2 spelling) and `--advantage-estimator` are
+    # the same action, so they accept every estimator and show together in --help.
+    for alias in ("--advantage_estimator", "--advantage-estimator"):
+        action.option_strings.append(alias)
+        parser._option_string_actions[alias] = action
+    add_copo_arguments(parser)

@@ -1,0 +1,48 @@
+"""The COPO actor loss as two calls of OpenRLHF's own PolicyLoss (paper eq. copo).
+
+    loss = PolicyLoss(w_local * A_local) + PolicyLoss(w_global * A_global)
+
+Why two calls and not one blended advantage: min(r A, clip(r) A) is not linear in A across a
+sign change, so PolicyLoss(w_l A_l + w_g A_g) is a different objective. It is positively
+homogeneous, though (w >= 0: w min(r A, clip(r) A) = min(r wA, clip(r) wA), dual clip
+included), so each weighted term is exactly PolicyLoss of the weighted advantage. Both calls
+share the ratio, mask, loss aggregation and importance-sampling correction, because they are
+the same PolicyLoss object with the same arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+
+class CopoPolicyLoss(torch.nn.Module):
+    """Wraps the trainer's PolicyLoss. The trainer's `training_step` hands it the micro-batch's
+    per-sample ``w_global * A_global`` (``global_advantages``) right before the loss call."""
+
+    def __init__(self, base: torch.nn.Module) -> None:
+        super().__init__()
+        self.base = base
+        self.global_advantages: Optional[torch.Tensor] = None
+        self.last_terms: Optional[tuple] = None  # (local loss, global loss, global clip ratio), detached
+
+    def forward(self, log_probs, old_log_probs, advantages, action_mask=None, **kwargs):
+        g = self.global_advantages
+        self.global_advantages = None  # one use: a stale value must never reach the next micro-batch
+        if g is None:
+            raise RuntimeError(
+                "COPO loss called without the micro-batch's global advantages (experience.info['copo_global_adv']): "
+                "the experience was not made by the COPO advantage step"
+            )
+        g = g.to(device=advantages.device, dtype=advantages.dtype).reshape(-1, 1)
+        if g.shape[0] != advantages.shape[0]:
+            raise RuntimeError(f"COPO global advantages for {g.shape[0]} samples, micro-batch has {advantages.shape[0]}")
+        global_adv = g.expand_as(advantages)
+        if action_mask is not None:
+            global_adv = global_adv * action_mask
+        local = self.base(log_probs, old_log_probs, advantages, action_mask=action_mask, **kwargs)
+        glob = self.base(log_probs, old_log_probs, global_adv, action_mask=action_mask, **kwargs)
+        self.last_terms = (local[0].detach(), glob[0].detach(), glob[1].detach())
+        # Clip ratio, PPO-KL and IS statistics are the local term's (same ratio in both terms).
+        return (local[0] + glob[0],) + tuple(local[1:])

@@ -1,0 +1,143 @@
+"""Every place openrlhf_copo touches OpenRLHF, applied by `apply()`.
+
+Three patches, each a no-op unless the run's estimator is one of COPO's:
+
+1. `RemoteExperienceMaker.compute_advantages_and_returns` -> `advantages.copo_compute_advantages_and_returns`
+   (COPO's advantages over the whole rollout batch, on the controller);
+2. `ActorPPOTrainer.__init__`: wraps the trainer's PolicyLoss in `loss.CopoPolicyLoss`;
+3. `ActorPPOTrainer.training_step`: hands the micro-batch's global advantages to that loss and
+   logs the two loss terms.
+
+A monkeypatch made in the driver never reaches Ray actor processes, where these classes run.
+`ray_worker_setup` is therefore registered as Ray's `worker_process_setup_hook` (see
+`openrlhf_copo.cli.train_ppo_ray`), so every worker process applies the patches itself before
+it runs any task.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import inspect
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from openrlhf_copo.openrlhf_ext.config import is_copo
+
+#: OpenRLHF releases whose patched symbols were read and tested.
+SUPPORTED_OPENRLHF = SpecifierSet(">=0.11.2,<0.12")
+_PATCHED_ATTR = "__openrlhf_copo_patched__"
+_EXPECTED_TRAINING_STEP = ["self", "experience", "kl_ctl", "step", "loss_batch_info"]
+_EXPECTED_POLICY_LOSS = ["self", "log_probs", "old_log_probs", "advantages", "action_mask", "rollout_log_probs"]
+
+
+class OpenRLHFVersionError(RuntimeError):
+    """The installed openrlhf is not one whose internals these patches were written against."""
+
+
+def check_openrlhf() -> str:
+    """The installed openrlhf version; raises `OpenRLHFVersionError` if untested or if a patched symbol moved."""
+    version = importlib.metadata.version("openrlhf")
+    if Version(version) not in SUPPORTED_OPENRLHF:
+        raise OpenRLHFVersionError(
+            f"openrlhf {version} is installed; openrlhf_copo patches openrlhf{SUPPORTED_OPENRLHF} only "
+            "(pip install 'openrlhf==0.11.2'), or apply patches/ to your fork"
+        )
+    from openrlhf.models import PolicyLoss
+    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+
+    checks = [
+        (RemoteExperienceMaker, "compute_advantages_and_returns", ["self", "experiences"]),
+        (ActorPPOTrainer, "training_step", _EXPECTED_TRAINING_STEP),
+        (PolicyLoss, "forward", _EXPECTED_POLICY_LOSS),
+    ]
+    for cls, name, expected in checks:
+        fn = getattr(cls, name, None)
+        params = list(inspect.signature(fn).parameters)[: len(expected)] if fn is not None else None
+        if params != expected:
+            raise OpenRLHFVersionError(
+                f"openrlhf {version}: {cls.__module__}.{cls.__name__}.{name} has moved or changed "
+                f"(expected parameters {expected}, found {params}); openrlhf_copo cannot patch it"
+            )
+    return version
+
+
+def apply() -> bool:
+    """Install the COPO patches into this process's openrlhf classes (idempotent). Returns True if newly applied."""
+    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+
+    if getattr(RemoteExperienceMaker, _PATCHED_ATTR, False):
+        return False
+    check_openrlhf()
+
+    from openrlhf_copo.openrlhf_ext.advantages import GLOBAL_ADV_KEY, copo_compute_advantages_and_returns
+    from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
+
+    original_advantages = RemoteExperienceMaker.compute_advantages_and_returns
+
+    @functools.wraps(original_advantages)
+    def compute_advantages_and_returns(self, experiences):
+        if is_copo(self.strategy.args):
+            return copo_compute_advantages_and_returns(self, experiences)
+        return original_advantages(self, experiences)
+
+    original_init = ActorPPOTrainer.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        if is_copo(self.args):
+            self.actor_loss_fn = CopoPolicyLoss(self.actor_loss_fn)
+
+    original_step = ActorPPOTrainer.training_step
+
+    @functools.wraps(original_step)
+    def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
+        copo_loss = self.actor_loss_fn if isinstance(self.actor_loss_fn, CopoPolicyLoss) else None
+        if copo_loss is not None:
+            g = experience.info.get(GLOBAL_ADV_KEY)
+            if g is None:
+                raise RuntimeError(f"COPO: micro-batch without info['{GLOBAL_ADV_KEY}'] (not made by the COPO advantage step)")
+            copo_loss.global_advantages = torch_stack(g)
+        status = original_step(self, experience, kl_ctl, step, loss_batch_info)
+        if copo_loss is not None and copo_loss.last_terms is not None:
+            local, glob, glob_clip = copo_loss.last_terms
+            status["metrics"].update(copo_loss_local=local, copo_loss_global=glob, copo_clip_ratio_global=glob_clip)
+            status["weights"].update(copo_loss_local="token", copo_loss_global="token", copo_clip_ratio_global="token")
+        return status
+
+    RemoteExperienceMaker.compute_advantages_and_returns = compute_advantages_and_returns
+    ActorPPOTrainer.__init__ = __init__
+    ActorPPOTrainer.training_step = training_step
+    RemoteExperienceMaker.__openrlhf_copo_patched__ = True
+    ActorPPOTrainer.__openrlhf_copo_patched__ = True
+    return True
+
+
+def torch_stack(values):
+    """info values come back from OpenRLHF's collate as a tensor or a list of 0-d tensors."""
+    import torch
+
+    if isinstance(values, torch.Tensor):
+        return values.reshape(-1)
+    return torch.stack([torch.as_tensor(v).reshape(()) for v in values])
+
+
+def is_applied() -> bool:
+    """Whether this process's openrlhf classes carry the COPO patches."""
+    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+
+    return bool(getattr(RemoteExperienceMaker, _PATCHED_ATTR, False) and getattr(ActorPPOTrainer, _PATCHED_ATTR, False))
+
+
+def ray_worker_setup() -> None:
+    """Ray `worker_process_setup_hook`: runs in every Ray worker process before its first task."""
+    apply()
+
+
+#: The dotted path Ray imports in each worker.
+RAY_WORKER_SETUP_HOOK = f"{__name__}.ray_worker_setup"

@@ -1,0 +1,82 @@
+"""OpenRLHF reward function: 1 if the final answer is equivalent to the label, else 0 (paper eq. local_reward).
+
+Pass this file as `--reward.remote_url path/to/openrlhf_copo/rewards/math_reward.py`.
+OpenRLHF loads it by path and calls `reward_func(queries, prompts, labels)` from a thread of
+the rollout actor, one response per call. Besides the reward, `extra_logs` carries what COPO
+needs, one number per response:
+
+- `copo_answer_id`: int64 id of the extracted final answer, equal for mathematically
+  equivalent answers (see `openrlhf_copo.rewards.answers`); read by the advantage step;
+- `copo_correct`: 1.0 if equivalent to the label (zero control and accuracy metrics);
+- `copo_has_answer`, `copo_verify_failed`, `copo_label_error`: diagnostics, logged as metrics.
+
+It never raises and never hangs: math-verify runs in worker processes behind a hard deadline
+(`COPO_VERIFY_TIMEOUT`, default 10 s); a timed-out or crashed check scores 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Sequence
+
+import torch
+
+from openrlhf_copo.rewards.answers import NO_ANSWER_PREFIX, extract_answer, response_text, stable_id
+from openrlhf_copo.rewards.verifier import get_pool
+
+logger = logging.getLogger("openrlhf_copo.rewards")
+
+#: The paper's format reward for base models: no answer / formatted but wrong / correct.
+FORMAT_REWARD = (0.0, 0.1, 1.0)
+
+
+def score_responses(
+    queries: Sequence[str], prompts: Sequence[str], labels: Sequence[str], format_reward: bool = False
+) -> Dict[str, object]:
+    """Rewards and COPO extra logs for a batch of (query, prompt, label)."""
+    pool = get_pool()
+    rewards: List[float] = []
+    logs: Dict[str, List] = {k: [] for k in
+                             ("copo_answer_id", "copo_correct", "copo_has_answer", "copo_verify_failed", "copo_label_error")}
+    for query, prompt, label in zip(queries, prompts, labels):
+        response = response_text(query or "", prompt or "")
+        answer = extract_answer(response)
+        label = "" if label is None else str(label)
+        try:
+            verdict = pool.verify(answer, label) if answer is not None else None
+        except Exception as e:  # the pool could not even start a worker
+            logger.error("math-verify unavailable (%s); scoring 0", e)
+            verdict = None
+        correct = bool(verdict and verdict.correct)
+        failed = verdict is not None and verdict.status != "ok"
+        if answer is None:
+            key = NO_ANSWER_PREFIX + response
+        elif verdict is not None and verdict.canon is not None:
+            key = verdict.canon
+        else:  # extracted but unparseable (or timed out): cluster by its text
+            key = "raw:" + "".join(answer.split())
+        if failed:
+            logger.warning("math-verify %s on answer %.80r (label %.40r): reward 0", verdict.status, answer, label)
+        label_error = verdict is not None and not verdict.gold_ok
+        if label_error:
+            logger.warning("label %.80r cannot be parsed by math-verify: reward 0", label)
+
+        if format_reward:
+            reward = FORMAT_REWARD[2] if correct else FORMAT_REWARD[1] if answer is not None else FORMAT_REWARD[0]
+        else:
+            reward = 1.0 if correct else 0.0
+        rewards.append(reward)
+        logs["copo_answer_id"].append(stable_id(key))
+        logs["copo_correct"].append(float(correct))
+        logs["copo_has_answer"].append(float(answer is not None))
+        logs["copo_verify_failed"].append(float(failed))
+        logs["copo_label_error"].append(float(label_error))
+
+    reward_t = torch.tensor(rewards, dtype=torch.float32)
+    extra = {k: torch.tensor(v, dtype=torch.int64 if k == "copo_answer_id" else torch.float32) for k, v in logs.items()}
+    return {"rewards": reward_t, "scores": extra["copo_correct"].clone(), "extra_logs": extra}
+
+
+def reward_func(queries, prompts, labels, **kwargs):
+    """OpenRLHF entry point: 0/1 correctness."""
+    return score_responses(queries, prompts, labels, format_reward=False)
