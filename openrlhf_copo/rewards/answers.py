@@ -29,34 +29,40 @@ NO_ANSWER_PREFIX = "noanswer:"
 # should be of the form Answer: $Answer". Also accepts "The answer is 42".
 _ANSWER_LINE = re.compile(r"(?:^|\n)[ \t*#>]*(?:final\s+)?answer\s*[:：]\s*([^\n]+)", re.IGNORECASE)
 _ANSWER_IS = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*[:：]?\s*([^\n]+)", re.IGNORECASE)
-_BOX_TAGS = ("\\boxed", "\\fbox")
 # Longest answer we consider: a longer "answer" is not a final answer, and math-verify's
 # parsing time grows with length.
 MAX_ANSWER_CHARS = 512
 
 
+_BOX_TAG = re.compile(r"\\(?:boxed|fbox)")
+
+
 def _last_boxed(text: str) -> Optional[str]:
-    """Content of the last `\\boxed{...}` / `\\fbox{...}` with balanced braces, or None (linear time)."""
-    start = max(text.rfind(tag) for tag in _BOX_TAGS)
-    while start != -1:
-        i = text.find("{", start)
-        tag_end = start + (len("\\boxed") if text.startswith("\\boxed", start) else len("\\fbox"))
-        if i != -1 and text[tag_end:i].strip() == "":
-            depth = 0
-            for j in range(i, len(text)):
-                c = text[j]
-                if c == "{":
-                    depth += 1
-                elif c == "}":
-                    depth -= 1
-                    if depth == 0:
-                        return text[i + 1 : j]
-        elif text.startswith("\\boxed ", start):  # "\boxed 5"
-            m = re.match(r"\\boxed\s+([^\s$]+)", text[start:])
+    """Content of the last balanced `\\boxed{...}` / `\\fbox{...}` (or `\\boxed 5`), or None.
+
+    One pass matches every brace, so even a response of thousands of unbalanced boxes costs
+    linear time.
+    """
+    tags = [m.end() for m in _BOX_TAG.finditer(text)]
+    if not tags:
+        return None
+    closing, stack = {}, []
+    for j, c in enumerate(text):
+        if c == "{":
+            stack.append(j)
+        elif c == "}" and stack:
+            closing[stack.pop()] = j
+    for end in reversed(tags):
+        rest = text[end:]
+        stripped = rest.lstrip()
+        if stripped.startswith("{"):
+            i = end + (len(rest) - len(stripped))
+            if i in closing:
+                return text[i + 1 : closing[i]]
+        elif rest[:1].isspace():  # "\boxed 5"
+            m = re.match(r"\s+([^\s$]+)", rest)
             if m:
                 return m.group(1)
-        # unbalanced or malformed: try an earlier box
-        start = max(text.rfind(tag, 0, start) for tag in _BOX_TAGS)
     return None
 
 

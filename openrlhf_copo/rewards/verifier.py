@@ -117,13 +117,16 @@ def judge(pred: Optional[str], gold: str, inner_timeout: int = 5) -> Tuple[bool,
     from math_verify import verify
 
     gold_parsed = _parse(gold, inner_timeout) if gold else []
+    # math-verify falls back to the raw string when nothing parses: a label is "ok" only if it
+    # became a mathematical object (a text label still gets string comparison, but is flagged).
+    gold_ok = any(not isinstance(g, str) for g in gold_parsed)
     if pred is None:
-        return False, None, bool(gold_parsed)
+        return False, None, gold_ok
     pred_parsed = _parse(pred, inner_timeout)
     canon = _bounded_canonical_form(pred_parsed[0], inner_timeout) if pred_parsed else None
     if not gold_parsed or not pred_parsed:
-        return False, canon, bool(gold_parsed)
-    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=inner_timeout)), canon, True
+        return False, canon, gold_ok
+    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=inner_timeout)), canon, gold_ok
 
 
 def _child_main() -> None:

@@ -1,0 +1,141 @@
+"""The reward file OpenRLHF loads by path: correctness, equivalence-clustered ids, no hangs, works in threads / Ray."""
+
+import asyncio
+import importlib.util
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import openrlhf_copo.rewards as rewards_pkg
+from openrlhf_copo.rewards.verifier import VerifierPool
+
+REWARD_FILE = Path(rewards_pkg.__file__).parent / "math_reward.py"
+FORMAT_FILE = Path(rewards_pkg.__file__).parent / "math_format_reward.py"
+PROMPT = "<|im_start|>user\nWhat is 1/2? Put the final answer in \\boxed{}.<|im_end|>\n<|im_start|>assistant\n"
+
+
+def load_by_path(path):
+    """Exactly how OpenRLHF's SingleTurnAgentExecutor loads --reward.remote_url."""
+    spec = importlib.util.spec_from_file_location("reward_func", str(path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.reward_func
+
+
+@pytest.fixture(scope="module")
+def reward_func():
+    return load_by_path(REWARD_FILE)
+
+
+def score(reward_func, response, label="\\frac{1}{2}"):
+    out = reward_func([PROMPT + response], [PROMPT], [label])
+    return out["rewards"].item(), {k: v.item() for k, v in out["extra_logs"].items()}
+
+
+def test_output_layout_matches_openrlhf(reward_func):
+    out = reward_func([PROMPT + "\\boxed{0.5}"], [PROMPT], ["1/2"])
+    assert set(out) == {"rewards", "scores", "extra_logs"}
+    assert out["rewards"].dtype == torch.float32 and out["rewards"].tolist() == [1.0]
+    ids = out["extra_logs"]["copo_answer_id"]
+    assert ids.dtype == torch.int64
+    # OpenRLHF turns each extra log into info[key] = torch.tensor([value.flatten()[0].item()])
+    assert torch.tensor([ids.flatten()[0].item()]).item() == ids.item()
+
+
+def test_equivalent_answers_share_one_id(reward_func):
+    forms = ["\\boxed{\\frac{1}{2}}", "\\boxed{0.5}", "\\boxed{1/2}", "Answer: $\\dfrac{1}{2}$", "\\boxed{0.50}"]
+    results = [score(reward_func, f) for f in forms]
+    assert [r for r, _ in results] == [1.0] * len(forms)
+    assert len({logs["copo_answer_id"] for _, logs in results}) == 1
+
+
+def test_different_answers_differ_and_wrong_scores_zero(reward_func):
+    r3, l3 = score(reward_func, "\\boxed{3}")
+    r_sq8, l_sq8 = score(reward_func, "\\boxed{\\sqrt{8}}")
+    r_2sq2, l_2sq2 = score(reward_func, "\\boxed{2\\sqrt{2}}")
+    assert (r3, r_sq8, r_2sq2) == (0.0, 0.0, 0.0)
+    assert l_sq8["copo_answer_id"] == l_2sq2["copo_answer_id"] != l3["copo_answer_id"]
+    assert l3["copo_correct"] == 0.0 and l3["copo_has_answer"] == 1.0
+
+
+def test_responses_without_answer_are_each_their_own_answer(reward_func):
+    a = score(reward_func, "I am not sure.")
+    b = score(reward_func, "Let me think more...")
+    again = score(reward_func, "I am not sure.")
+    assert a[0] == b[0] == 0.0 and a[1]["copo_has_answer"] == 0.0
+    assert a[1]["copo_answer_id"] != b[1]["copo_answer_id"]
+    assert a[1]["copo_answer_id"] == again[1]["copo_answer_id"]  # deterministic
+
+
+def test_format_reward():
+    fmt = load_by_path(FORMAT_FILE)
+    got = [fmt([PROMPT + r], [PROMPT], ["1/2"])["rewards"].item() for r in ("no idea", "\\boxed{3}", "\\boxed{0.5}")]
+    assert got == pytest.approx([0.0, 0.1, 1.0])
+    # correctness stays 0/1 for zero control and accuracy metrics
+    assert fmt([PROMPT + "\\boxed{3}"], [PROMPT], ["1/2"])["extra_logs"]["copo_correct"].item() == 0.0
+
+
+def test_unparseable_label_scores_zero_and_is_flagged(reward_func):
+    r, logs = score(reward_func, "\\boxed{2}", label="\\frac{")
+    assert r == 0.0 and logs["copo_label_error"] == 1.0
+
+
+def test_batch_call(reward_func):
+    out = reward_func([PROMPT + "\\boxed{0.5}", PROMPT + "\\boxed{2}"], [PROMPT] * 2, ["1/2", "2"])
+    assert out["rewards"].tolist() == [1.0, 1.0]
+    assert out["extra_logs"]["copo_answer_id"].shape == (2,)
+
+
+def test_works_from_threads_and_asyncio_to_thread(reward_func):
+    """OpenRLHF calls reward_func via asyncio.to_thread: math-verify's signal timeouts fail there."""
+
+    async def many():
+        calls = [asyncio.to_thread(reward_func, [PROMPT + f"\\boxed{{{i}/2}}"], [PROMPT], ["1/2"]) for i in range(8)]
+        return await asyncio.gather(*calls)
+
+    outs = asyncio.run(many())
+    assert [o["rewards"].item() for o in outs] == [0.0, 1.0] + [0.0] * 6
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(score(reward_func, "\\boxed{0.5}")[0])) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    assert results == [1.0] * 4
+
+
+def test_pathological_answer_is_bounded(reward_func):
+    t = time.perf_counter()
+    r, logs = score(reward_func, "\\boxed{9^{9^{9^{9^{9^{9}}}}}}", label="3")
+    assert r == 0.0 and isinstance(logs["copo_answer_id"], int)
+    assert time.perf_counter() - t < 30
+
+
+def test_hung_worker_is_killed_at_the_deadline_and_replaced():
+    pool = VerifierPool(workers=1, timeout=1.0)
+    try:
+        assert pool.verify("2", "2").correct  # warm: the worker is up
+        t = time.perf_counter()
+        resp, status = pool._request({"op": "sleep", "seconds": 60, "pred": "1", "gold": "1"})
+        assert resp is None and status == "timeout"
+        assert time.perf_counter() - t < 5
+        assert pool.restarts == 1
+        assert pool.verify("1/2", "0.5").correct  # a fresh worker took over
+    finally:
+        pool.close()
+
+
+def test_killed_worker_gives_reward_zero_not_a_hang():
+    pool = VerifierPool(workers=1, timeout=5.0)
+    try:
+        assert pool.verify("2", "2").correct
+        worker = pool._all[0]
+        os.kill(worker.proc.pid, 9)
+        worker.proc.wait(5)
+        verdict = pool.verify("2", "2")
+        assert verdict.status == "error" and not verdict.correct
+        assert pool.verify("2", "2").correct
+    finally:
+        pool.close()

@@ -1,0 +1,242 @@
+"""openrlhf_copo.core: the paper's worked example, an independent reading of both conventions, edge cases."""
+
+import math
+import random
+
+import pytest
+import torch
+
+from openrlhf_copo.core import (
+    MODES,
+    consistency_entropy,
+    copo_advantages,
+    global_advantage,
+    local_advantage,
+    standardize,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The appendix example ("Demonstrative Evaluation of COPO Framework"): 5 prompts x 6 responses,
+# prompt rewards [1/6, 1/6, 2/3, 1/2, 1/2], the prompt "1 + 1 = ?" with answers [2,2,2,3,3,4] and
+# rewards [1,1,1,0,0,0], gamma=3, rho=1.
+
+def appendix_batch():
+    rewards = torch.zeros(5, 6)
+    rewards[0, :1] = 1  # 1/6
+    rewards[1, :1] = 1  # 1/6
+    rewards[2, :4] = 1  # 2/3
+    rewards[3, :3] = 1  # 1/2: the "1 + 1 = ?" prompt
+    rewards[4, :3] = 1  # 1/2
+    answers = torch.tensor([[2, 2, 2, 3, 3, 4]] * 5)
+    return rewards, answers
+
+
+def test_appendix_example_exactly():
+    rewards, answers = appendix_batch()
+    out = copo_advantages(rewards, answers, mode="copo", gamma=3.0, rho=1.0, std="population", eps=1e-12)
+    # H = -(1/2 log2 1/2 + 1/3 log2 1/3 + 1/6 log2 1/6) = 1.459
+    assert out.entropy[3].item() == pytest.approx(1.4591479, abs=1e-6)
+    assert round(out.entropy[3].item(), 3) == 1.459
+    # w_local = sigmoid(3 * 0.459) = 0.799, w_global = 0.201
+    assert round(out.w_local[3, 0].item(), 3) == 0.799
+    assert round(out.w_global[3, 0].item(), 3) == 0.201
+    # local advantages of the prompt: mean 0.5, population std 0.5
+    assert out.local_adv[3].tolist() == pytest.approx([1, 1, 1, -1, -1, -1], abs=1e-6)
+    # global: mean 0.4, population std 0.2
+    assert out.global_adv[:, 0].tolist() == pytest.approx([-7 / 6, -7 / 6, 4 / 3, 0.5, 0.5], abs=1e-6)
+    assert [round(v, 3) for v in out.global_adv[:, 0].tolist()] == [-1.167, -1.167, 1.333, 0.5, 0.5]
+    # one global value per prompt, shared by its responses
+    assert torch.equal(out.global_adv, out.global_adv[:, :1].expand(-1, 6))
+
+
+def test_appendix_local_advantage_needs_population_std():
+    rewards = torch.tensor([[1.0, 1, 1, 0, 0, 0]])
+    unbiased = local_advantage(rewards, std="unbiased", eps=0.0)
+    # unbiased std of [1,1,1,0,0,0] is sqrt(0.3) = 0.5477 -> 0.9129, not the appendix's 1
+    assert unbiased[0, 0].item() == pytest.approx(0.5 / math.sqrt(0.3), abs=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# An independent, loop-based reading of the paper and of the released code, for every mode.
+
+def ref_std(xs, unbiased):
+    m = sum(xs) / len(xs)
+    d = len(xs) - 1 if unbiased else len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / d)
+
+
+def ref_norm(xs, unbiased, eps):
+    if max(xs) == min(xs):
+        return [0.0] * len(xs)
+    m = sum(xs) / len(xs)
+    s = ref_std(xs, unbiased)
+    return [(x - m) / (s + eps) for x in xs]
+
+
+def ref_entropy(answers):
+    n = len(answers)
+    counts = {a: answers.count(a) for a in set(answers)}
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased, eps):
+    B, G = len(rewards), len(rewards[0])
+    local = [ref_norm(row, unbiased, eps) for row in rewards]
+    prompt_r = [sum(row) / G for row in rewards]
+    glob = ref_norm(prompt_r, unbiased, eps)
+    wl, wg = [], []
+    for b in range(B):
+        h = ref_entropy(answers[b])
+        soft = 1 / (1 + math.exp(-gamma * (h - rho)))
+        none_right = not any(correct[b])
+        row_l, row_g = [], []
+        for i in range(G):
+            if mode == "grpo":
+                l, g = 1.0, 0.0
+            elif mode == "go_only":
+                l, g = 0.0, 1.0
+            elif mode == "go_selective":
+                l, g = (0.0, 1.0) if none_right else (1.0, 0.0)
+            elif mode == "go_blended":
+                l, g = soft, 1 - soft
+            elif mode == "copo_selective":
+                l, g = (0.0, 0.0) if none_right else (soft, 1 - soft)
+            else:
+                zero = (zero_control == "prompt" and none_right) or (zero_control == "response" and not correct[b][i])
+                l = 0.0 if zero else soft
+                g = 1 - l
+            row_l.append(l)
+            row_g.append(g)
+        wl.append(row_l)
+        wg.append(row_g)
+    return local, [[v] * G for v in glob], wl, wg
+
+
+def close(actual, expected, atol):
+    torch.testing.assert_close(actual, torch.tensor(expected, dtype=actual.dtype), atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("convention", ["paper", "released"])
+def test_randomized_against_independent_reading(mode, convention):
+    rng = random.Random(f"{mode}-{convention}")
+    unbiased = convention == "released"
+    zero_controls = ["prompt", "none"] if convention == "paper" else ["response"]
+    for trial in range(40):
+        B, G = rng.randint(2, 9), rng.randint(2, 8)
+        kind = trial % 3
+        rewards, answers = [], []
+        for _ in range(B):
+            p = rng.choice([0.0, 1.0, rng.random()])
+            row = [float(rng.random() < p) for _ in range(G)]
+            if kind == 1:  # format-style rewards 0 / 0.1 / 1
+                row = [rng.choice([0.0, 0.1, 1.0]) for _ in range(G)]
+            rewards.append(row)
+            answers.append([rng.randint(0, 3 if kind else 1) for _ in range(G)])
+        correct = [[r >= 1.0 for r in row] for row in rewards]
+        gamma, rho = rng.choice([3.0, 5.0, 20.0]), rng.choice([0.5, 1.0, 1.5])
+        for zc in zero_controls:
+            out = copo_advantages(torch.tensor(rewards), torch.tensor(answers), torch.tensor(correct), mode=mode,
+                                  gamma=gamma, rho=rho, zero_control=zc, std="unbiased" if unbiased else "population",
+                                  eps=1e-6)
+            loc, glo, wl, wg = ref_copo(rewards, answers, correct, mode, gamma, rho, zc, unbiased, 1e-6)
+            close(out.local_adv, loc, 1e-5)
+            close(out.global_adv, glo, 1e-5)
+            close(out.w_local, wl, 1e-6)
+            close(out.w_global, wg, 1e-6)
+            assert out.entropy.tolist() == pytest.approx([ref_entropy(a) for a in answers], abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# What COPO is for: uniform groups keep a gradient signal.
+
+def uniform_batch():
+    rewards = torch.tensor([[1.0] * 4, [0.0] * 4, [1.0, 0, 0, 1], [0.0] * 4])
+    answers = torch.tensor([[7] * 4, [3] * 4, [7, 1, 2, 7], [1, 2, 3, 4]])
+    return rewards, answers
+
+
+def test_uniform_groups_carry_signal_under_copo_not_grpo():
+    rewards, answers = uniform_batch()
+    grpo = copo_advantages(rewards, answers, mode="grpo")
+    copo = copo_advantages(rewards, answers, mode="copo")
+    uniform = [0, 1, 3]
+    assert (grpo.weighted_local[uniform] == 0).all() and (grpo.weighted_global == 0).all()
+    assert (copo.weighted_global[uniform] != 0).all()
+    # all-incorrect prompts: zero control hands the whole weight to the global term
+    assert copo.w_local[[1, 3]].eq(0).all() and copo.w_global[[1, 3]].eq(1).all()
+    # all-correct, one answer: H = 0 -> w_global = 1 - sigmoid(20 * (0 - 1.5)) ~ 1
+    assert copo.w_global[0, 0].item() == pytest.approx(1.0, abs=1e-9)
+    assert copo.stats["signal_share_grpo"] == pytest.approx(4 / 16)
+    assert copo.stats["signal_share_copo"] == pytest.approx(1.0)
+    assert copo.stats["frac_all_incorrect"] == pytest.approx(0.5)
+    assert copo.stats["frac_all_correct"] == pytest.approx(0.25)
+    assert copo.stats["frac_zero_std"] == pytest.approx(0.75)
+
+
+def test_copo_selective_silences_all_incorrect_prompts():
+    rewards, answers = uniform_batch()
+    out = copo_advantages(rewards, answers, mode="copo_selective")
+    assert (out.w_local[[1, 3]] == 0).all() and (out.w_global[[1, 3]] == 0).all()
+    close(out.w_local[[0, 2]] + out.w_global[[0, 2]], [[1.0] * 4] * 2, 1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad or degenerate input: no NaN, no silent fallback.
+
+def test_batch_where_every_reward_is_equal_gives_zeros_not_nan():
+    for value in (0.0, 1.0, 0.1):
+        rewards = torch.full((3, 5), value)
+        out = copo_advantages(rewards, torch.zeros(3, 5, dtype=torch.long), std="unbiased", eps=1e-6)
+        assert torch.isfinite(out.local_adv).all() and torch.isfinite(out.global_adv).all()
+        assert (out.local_adv == 0).all() and (out.global_adv == 0).all()
+
+
+def test_zero_spread_is_exactly_zero_despite_rounding():
+    # mean of six 0.1s is not exactly 0.1 in float; (x - mean) / eps would be ~1e-3, not 0
+    out = standardize(torch.full((1, 6), 0.1), dim=1, eps=1e-6)
+    assert (out == 0).all()
+
+
+def test_single_prompt_batch_has_zero_global_advantage():
+    out = copo_advantages(torch.tensor([[1.0, 0, 1]]), torch.tensor([[1, 2, 1]]), std="unbiased")
+    assert (out.global_adv == 0).all()
+
+
+def test_nan_reward_is_refused():
+    rewards = torch.tensor([[1.0, float("nan")], [0.0, 1.0]])
+    with pytest.raises(ValueError, match="non-finite reward.*group\\(s\\) \\[0\\]"):
+        copo_advantages(rewards, torch.zeros(2, 2, dtype=torch.long))
+
+
+def test_one_response_per_prompt_is_refused():
+    with pytest.raises(ValueError, match="at least 2 responses"):
+        copo_advantages(torch.ones(4, 1), torch.zeros(4, 1, dtype=torch.long))
+
+
+@pytest.mark.parametrize("kwargs", [{"mode": "dapo"}, {"zero_control": "sometimes"}, {"std": "sample"}])
+def test_unknown_options_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        copo_advantages(torch.ones(2, 2), torch.zeros(2, 2, dtype=torch.long), **kwargs)
+
+
+def test_entropy_values_and_base():
+    ids = torch.tensor([[5, 5, 5, 5], [1, 2, 3, 4], [1, 1, 2, 2]])
+    assert consistency_entropy(ids).tolist() == pytest.approx([0.0, 2.0, 1.0])
+    assert consistency_entropy(ids, base=math.e).tolist() == pytest.approx([0.0, math.log(4), math.log(2)])
+    # the appendix in nats: 1.011, which is not the paper's 1.459
+    assert consistency_entropy(torch.tensor([[2, 2, 2, 3, 3, 4]]), base=math.e).item() == pytest.approx(1.0114, abs=1e-4)
+
+
+def test_large_int64_ids_are_compared_exactly():
+    big = (1 << 62) + 1
+    ids = torch.tensor([[big, big + 1, big, big + 1]], dtype=torch.int64)
+    assert consistency_entropy(ids).item() == pytest.approx(1.0)
+
+
+def test_global_advantage_uses_the_whole_batch():
+    rewards = torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])
+    full = global_advantage(rewards)[:, 0]
+    half = global_advantage(rewards[:2])[:, 0]
+    assert full[0].item() != pytest.approx(half[0].item())  # a mini-batch statistic would differ
