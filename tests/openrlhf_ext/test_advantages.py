@@ -1,0 +1,118 @@
+"""The patched RemoteExperienceMaker.compute_advantages_and_returns on real OpenRLHF Experience objects."""
+
+import pytest
+import torch
+
+from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+from openrlhf.utils.deepspeed import DeepspeedStrategy
+
+from openrlhf_copo.core import copo_advantages
+from openrlhf_copo.openrlhf_ext.config import CopoConfigError
+from tests_support import copo_argv, make_rollout
+
+pytestmark = pytest.mark.usefixtures("copo_patched")
+
+
+def maker_for(args):
+    strategy = DeepspeedStrategy(args=args)  # the constructor only reads args: no process group needed
+    return RemoteExperienceMaker(None, None, None, None, FixedKLController(args.algo.kl.init_coef), strategy,
+                                 tokenizer=_PadTokenizer())
+
+
+class _PadTokenizer:
+    pad_token_id = 0
+
+
+# 3 prompts x 4 responses: all correct (one answer), all wrong (two answers), mixed.
+REWARDS = [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0]]
+IDS = [[7, 7, 7, 7], [3, 3, 4, 4], [7, 5, 7, 6]]
+
+
+def made_experiences(args, micro_batch=3):
+    args.rollout.micro_batch_size = micro_batch
+    maker = maker_for(args)
+    samples = make_rollout(REWARDS, IDS)
+    experiences = maker.split_rollout_samples(samples)  # OpenRLHF's own indexing and micro-batching
+    for exp in experiences:
+        exp.action_log_probs = torch.zeros_like(exp.action_mask, dtype=torch.float32)
+        exp.kl = torch.zeros_like(exp.action_log_probs)
+    return maker, experiences
+
+
+def token_value(exp):
+    """The advantage each response carries on its action tokens."""
+    mask = exp.action_mask.float()
+    return (exp.advantages * mask).sum(1) / mask.sum(1)
+
+
+def per_sample(experiences, fn):
+    out = torch.empty(sum(len(e.index) for e in experiences))
+    for exp in experiences:
+        out[torch.tensor(exp.index)] = fn(exp).float()
+    return out.reshape(len(REWARDS), -1)
+
+
+def test_copo_advantages_reach_each_response(load_args):
+    args = load_args(copo_argv())
+    maker, experiences = made_experiences(args)
+    experiences = maker.compute_advantages_and_returns(experiences)
+    expected = copo_advantages(torch.tensor(REWARDS, dtype=torch.float32), torch.tensor(IDS))  # paper defaults
+    for exp in experiences:  # the local term on every action token, nothing elsewhere
+        torch.testing.assert_close(exp.advantages, token_value(exp).unsqueeze(1) * exp.action_mask)
+        assert exp.kl is None and "copo_answer_id" not in exp.info
+    local = per_sample(experiences, token_value)
+    glob = per_sample(experiences, lambda e: e.info["copo_global_adv"])
+    torch.testing.assert_close(local, expected.weighted_local)
+    torch.testing.assert_close(glob, expected.weighted_global)
+    # all-correct and all-incorrect groups keep a signal through the global term
+    assert (glob[0] > 0).all() and (glob[1] < 0).all()
+    assert per_sample(experiences, lambda e: e.info["copo_signal_grpo"]).mean().item() == pytest.approx(4 / 12)
+    assert per_sample(experiences, lambda e: e.info["copo_signal_copo"]).mean().item() == pytest.approx(1.0)
+    assert per_sample(experiences, lambda e: e.info["copo_all_incorrect"]).mean().item() == pytest.approx(1 / 3)
+
+
+def test_global_statistics_span_the_rollout_batch_whatever_the_micro_batch(load_args):
+    """The split into micro-batches (and later shards) must not change any advantage."""
+    results = []
+    for micro in (1, 5, 12):
+        maker, experiences = made_experiences(load_args(copo_argv()), micro_batch=micro)
+        experiences = maker.compute_advantages_and_returns(experiences)
+        results.append(per_sample(experiences, lambda e: e.info["copo_global_adv"]))
+    torch.testing.assert_close(results[0], results[1])
+    torch.testing.assert_close(results[0], results[2])
+
+
+def test_settings_flow_from_flags(load_args):
+    args = load_args(copo_argv("--copo.gamma", "5", "--copo.rho", "1", "--copo.zero_control", "response",
+                               "--copo.std", "unbiased"))
+    maker, experiences = made_experiences(args)
+    experiences = maker.compute_advantages_and_returns(experiences)
+    expected = copo_advantages(torch.tensor(REWARDS, dtype=torch.float32), torch.tensor(IDS), gamma=5, rho=1,
+                               zero_control="response", std="unbiased")
+    torch.testing.assert_close(per_sample(experiences, token_value), expected.weighted_local)
+
+
+def test_group_norm_is_untouched_by_the_patch(load_args):
+    args = load_args(copo_argv()[2:] + ["--advantage_estimator", "group_norm"])
+    maker, experiences = made_experiences(args)
+    experiences = maker.compute_advantages_and_returns(experiences)
+    r = torch.tensor(REWARDS, dtype=torch.float32)
+    expected = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-9)  # OpenRLHF's group_norm
+    torch.testing.assert_close(per_sample(experiences, token_value), expected)
+    assert all("copo_global_adv" not in e.info for e in experiences)
+
+
+def test_missing_answer_id_is_refused(load_args):
+    maker, experiences = made_experiences(load_args(copo_argv()))
+    for exp in experiences:
+        exp.info.pop("copo_answer_id")
+    with pytest.raises(CopoConfigError, match="copo_answer_id"):
+        maker.compute_advantages_and_returns(experiences)
+
+
+def test_nan_reward_is_refused_not_trained_on(load_args):
+    maker, experiences = made_experiences(load_args(copo_argv()))
+    experiences[0].rewards[0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite reward"):
+        maker.compute_advantages_and_returns(experiences)
