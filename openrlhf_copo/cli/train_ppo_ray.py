@@ -69,13 +69,10 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
         return nested
 
     def init(*args, **kwargs):
-        runtime_env = dict(kwargs.get("runtime_env") or {})
-        hook = runtime_env.get("worker_process_setup_hook")
-        if hook not in (None, patches.RAY_WORKER_SETUP_HOOK):
-            _fail(f"runtime_env already sets worker_process_setup_hook={hook!r}; openrlhf_copo needs its own "
-                  f"({patches.RAY_WORKER_SETUP_HOOK}) to patch every Ray worker")
-        runtime_env["worker_process_setup_hook"] = patches.RAY_WORKER_SETUP_HOOK
-        kwargs["runtime_env"] = runtime_env
+        try:
+            kwargs["runtime_env"] = patches.with_worker_hook(kwargs.get("runtime_env"))
+        except RuntimeError as e:
+            _fail(str(e))
         return original_init(*args, **kwargs)
 
     def is_initialized():

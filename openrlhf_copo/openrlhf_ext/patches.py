@@ -141,3 +141,14 @@ def ray_worker_setup() -> None:
 
 #: The dotted path Ray imports in each worker.
 RAY_WORKER_SETUP_HOOK = f"{__name__}.ray_worker_setup"
+
+
+def with_worker_hook(runtime_env=None) -> dict:
+    """``runtime_env`` plus our `worker_process_setup_hook` (for `ray.init`). Refuses to replace another hook."""
+    env = dict(runtime_env or {})
+    hook = env.get("worker_process_setup_hook")
+    if hook not in (None, RAY_WORKER_SETUP_HOOK):
+        raise RuntimeError(f"runtime_env already sets worker_process_setup_hook={hook!r}; openrlhf_copo needs its own "
+                           f"({RAY_WORKER_SETUP_HOOK}) to patch every Ray worker")
+    env["worker_process_setup_hook"] = RAY_WORKER_SETUP_HOOK
+    return env

@@ -1,0 +1,122 @@
+"""The entry point: OpenRLHF's parser with COPO's flags, the alias, and one-line refusals."""
+
+import subprocess
+import sys
+
+import pytest
+
+from openrlhf_copo.cli import train_ppo_ray as cli
+from openrlhf_copo.openrlhf_ext import patches
+from openrlhf_copo.openrlhf_ext.config import copo_settings
+from tests_support import copo_argv
+
+OPENRLHF_ESTIMATORS = ["gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo", "flash_reinforce"]
+
+
+def test_help_shows_alias_and_copo_flags():
+    out = subprocess.run([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", "--help"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "--advantage_estimator ESTIMATOR" in text and "--algo.advantage.estimator ESTIMATOR" in text
+    for flag in ("--copo.gamma", "--copo.rho", "--copo.mode", "--copo.zero_control", "--copo.std", "--copo.eps",
+                 "--copo.entropy_base"):
+        assert flag in text
+    assert "copo, go_selective, go_blended, go_only, copo_selective" in " ".join(text.split())
+    assert "--rollout.n_samples_per_prompt" in text  # OpenRLHF's own flags are all still there
+
+
+def test_paper_defaults(load_args):
+    args = load_args(copo_argv())
+    assert args.algo.advantage.estimator == "copo"
+    assert copo_settings(args) == dict(mode="copo", gamma=20.0, rho=1.5, zero_control="prompt", std="population",
+                                       eps=1e-6, entropy_base=2.0)
+
+
+@pytest.mark.parametrize("estimator", OPENRLHF_ESTIMATORS + ["copo", "go_selective", "go_blended", "go_only",
+                                                             "copo_selective"])
+def test_alias_spellings_for_every_estimator(load_args, estimator):
+    base = copo_argv()[2:]  # without the estimator
+    got = {load_args(base + [flag, estimator]).algo.advantage.estimator
+           for flag in ("--advantage_estimator", "--advantage-estimator", "--algo.advantage.estimator")}
+    assert got == {estimator}
+
+
+def test_ablation_estimator_sets_the_mode(load_args):
+    assert copo_settings(load_args(copo_argv()[2:] + ["--advantage_estimator", "go_only"]))["mode"] == "go_only"
+    assert copo_settings(load_args(copo_argv("--copo.mode", "grpo")))["mode"] == "grpo"
+
+
+def test_openrlhf_flags_keep_their_meaning(load_args):
+    args = load_args(copo_argv("--actor.eps_clip", "0.28", "--rollout.temperature", "0.7"))
+    assert args.actor.eps_clip_low_high == (0.28, 0.28)  # OpenRLHF's own post-parse step ran
+    assert args.rollout.temperature == 0.7
+    assert args.critic.model_name_or_path is None  # no critic for COPO (not gae)
+    assert isinstance(args.reward.remote_url, list)
+
+
+@pytest.mark.parametrize(
+    "extra, reason",
+    [
+        (["--rollout.n_samples_per_prompt", "1"], "--rollout.n_samples_per_prompt 1: COPO needs at least 2"),
+        (["--algo.dynamic_filtering_enable"], "--algo.dynamic_filtering_enable drops"),
+        (["--algo.kl.init_coef", "0.01"], "without --algo.kl.use_loss folds a KL penalty"),
+        (["--train.async_enable"], "--train.async_enable is not supported with COPO"),
+        (["--copo.eps", "-1"], "--copo.eps -1.0 must be >= 0"),
+        (["--copo.entropy_base", "1"], "--copo.entropy_base 1.0 must be positive"),
+        (["--copo.mode", "copo", "--advantage_estimator", "go_only"], "conflicts with --copo.mode copo"),
+    ],
+)
+def test_bad_settings_are_refused_with_one_line(load_args, capsys, extra, reason):
+    argv = copo_argv()
+    if "--algo.kl.init_coef" in extra:  # drop the default KL loss flags first
+        argv = [a for a in argv if a != "--algo.kl.use_loss"]
+    with pytest.raises(SystemExit) as exc:
+        load_args(argv + extra)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and reason in err[0], err
+
+
+def test_missing_reward_function_is_refused(load_args, capsys):
+    argv = copo_argv()
+    i = argv.index("--reward.remote_url")
+    with pytest.raises(SystemExit):
+        load_args(argv[:i] + argv[i + 2:])
+    assert "--reward.remote_url" in capsys.readouterr().err
+
+
+def test_unsupported_openrlhf_is_refused(monkeypatch):
+    monkeypatch.setattr(patches.importlib.metadata, "version", lambda name: "0.12.1")
+    with pytest.raises(patches.OpenRLHFVersionError, match="openrlhf 0.12.1 is installed"):
+        patches.check_openrlhf()
+
+
+def test_moved_symbol_is_refused(monkeypatch):
+    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+
+    monkeypatch.setattr(ActorPPOTrainer, "training_step", lambda self, experience, step: None)
+    with pytest.raises(patches.OpenRLHFVersionError, match="ActorPPOTrainer.training_step has moved or changed"):
+        patches.check_openrlhf()
+
+
+def test_unsupported_openrlhf_stops_the_cli_in_one_line(load_args, capsys, monkeypatch):
+    def refuse():
+        raise patches.OpenRLHFVersionError("openrlhf 0.12.1 is installed; openrlhf_copo patches openrlhf<0.12 only")
+
+    monkeypatch.setattr(patches, "apply", refuse)
+    with pytest.raises(SystemExit):
+        load_args(copo_argv())
+    assert capsys.readouterr().err.strip().endswith("openrlhf_copo patches openrlhf<0.12 only")
+
+
+def test_no_gpu_is_said_clearly(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")  # never in CI: CI machines have none
+    with pytest.raises(SystemExit) as exc:
+        cli.main(copo_argv())
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "no CUDA device" in err and "Traceback" not in err
