@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# COPO with the paper's setting (Qwen2.5-3B-Instruct on DAPO-Math-17k): gamma 20, rho 1.5, zero control
+# per prompt, population std, 6 responses x 512 prompts per rollout, 32 mini-batches, lr 1e-6 constant,
+# clip 0.2, 2048 prompt / 2048 response tokens, temperature 1, top-p 1, KL as a loss, sequence-mean loss.
+#
+# Override from the environment: MODEL, DATA (prompt/label jsonl), SAVE_DIR, NNODES, GPUS_PER_NODE,
+# VLLM_ENGINES, ESTIMATOR (copo | go_selective | go_blended | go_only | copo_selective), COPO_MODE
+# (grpo = the GRPO baseline through the same code path), GAMMA, RHO, ZERO_CONTROL, STD, KL_COEF,
+# EPISODES, WANDB_PROJECT. Extra OpenRLHF flags may follow on the command line.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source examples/scripts/_submit.sh
+
+MODEL=${MODEL:-Qwen/Qwen2.5-3B-Instruct}
+DATA=${DATA:-data/dapo_math_17k.jsonl}
+SAVE_DIR=${SAVE_DIR:-checkpoints/copo-$(basename "$MODEL")}
+NNODES=${NNODES:-1}
+GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+VLLM_ENGINES=${VLLM_ENGINES:-$GPUS_PER_NODE}
+
+ARGS=(
+  --advantage_estimator "${ESTIMATOR:-copo}"
+  --copo.gamma "${GAMMA:-20}" --copo.rho "${RHO:-1.5}"
+  --copo.zero_control "${ZERO_CONTROL:-prompt}" --copo.std "${STD:-population}"
+  --actor.model_name_or_path "$MODEL"
+  --reward.remote_url "$REWARD_FILE"
+  --data.prompt_dataset "$DATA" --data.input_key prompt --data.label_key label --data.apply_chat_template
+  --rollout.batch_size 512 --rollout.n_samples_per_prompt 6
+  --train.batch_size 96 --train.micro_batch_size 4 --rollout.micro_batch_size 8
+  --data.max_len 4096 --rollout.max_new_tokens 2048
+  --rollout.temperature 1.0 --rollout.top_p 1.0
+  --actor.adam.lr 1e-6 --actor.lr_scheduler constant --actor.lr_warmup_ratio 0 --actor.adam.weight_decay 0
+  --actor.eps_clip 0.2 --actor.loss_agg_mode seq-mean-token-mean
+  --algo.kl.use_loss --algo.kl.init_coef "${KL_COEF:-0.001}" --algo.kl.estimator k3
+  --train.num_episodes "${EPISODES:-1}" --train.max_epochs 1
+  --actor.num_nodes "$NNODES" --actor.num_gpus_per_node "$GPUS_PER_NODE"
+  --ref.num_nodes "$NNODES" --ref.num_gpus_per_node "$GPUS_PER_NODE"
+  --vllm.num_engines "$VLLM_ENGINES" --vllm.tensor_parallel_size 1 --vllm.gpu_memory_utilization 0.6
+  --train.colocate_all --vllm.enable_sleep --ds.enable_sleep
+  --ds.zero_stage 2 --ds.param_dtype bf16 --actor.gradient_checkpointing_enable
+  --ckpt.output_dir "$SAVE_DIR" --ckpt.path "$SAVE_DIR/ckpt" --ckpt.save_steps 10 --ckpt.load_enable
+  --logger.logging_steps 1
+)
+[ -n "${COPO_MODE:-}" ] && ARGS+=(--copo.mode "$COPO_MODE")
+[ -n "${WANDB_PROJECT:-}" ] && ARGS+=(--logger.wandb.key "${WANDB_API_KEY:-}" --logger.wandb.project "$WANDB_PROJECT")
+ARGS+=("$@")
+copo_submit
