@@ -6,7 +6,8 @@ Runs OpenRLHF's own `openrlhf.cli.train_ppo_ray` main (its parser lives under
 - its parser gains the COPO estimators, the `--advantage_estimator` alias and the `--copo.*` flags;
 - the parsed args are checked: a setting that breaks COPO stops the run with a one-line reason;
 - `ray.init` gets our `worker_process_setup_hook`, so every Ray worker applies the COPO patches;
-- without a CUDA device it stops with a clear message instead of a CUDA traceback.
+- without a CUDA device it takes the CPU path (`openrlhf_copo.openrlhf_ext.cpu`), after refusing
+  with a one-line reason the settings that cannot work there.
 
 Every other flag keeps OpenRLHF's meaning.
 """
@@ -37,7 +38,7 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
     import ray
 
     import openrlhf.utils.config as orl_config
-    from openrlhf_copo.openrlhf_ext import patches
+    from openrlhf_copo.openrlhf_ext import cpu, patches
     from openrlhf_copo.openrlhf_ext.config import copo_problems, estimator_action, extend_openrlhf_parser, is_copo
 
     original_parse_args = argparse.ArgumentParser.parse_args
@@ -64,8 +65,13 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
                     patches.apply()  # in the driver too; fails early on an unsupported openrlhf
                 except patches.OpenRLHFVersionError as e:
                     _fail(str(e))
-            if not stop_before_training:
-                _require_gpu()
+            if not cpu.cuda_available():
+                problems = cpu.cpu_problems(nested)
+                if problems:
+                    _fail(f"no CUDA device, so this runs on the CPU path, where {problems[0]}")
+                captured["cpu"] = True
+                if not stop_before_training:
+                    cpu.apply()
         return nested
 
     def init(*args, **kwargs):
@@ -73,6 +79,8 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
             kwargs["runtime_env"] = patches.with_worker_hook(kwargs.get("runtime_env"))
         except RuntimeError as e:
             _fail(str(e))
+        if captured.get("cpu"):
+            kwargs = cpu.ray_init_kwargs(captured["args"], kwargs)
         return original_init(*args, **kwargs)
 
     def is_initialized():
@@ -91,14 +99,6 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
         orl_config.hierarchize = original_hierarchize
         ray.init = original_init
         ray.is_initialized = original_is_initialized
-
-
-def _require_gpu() -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        _fail("no CUDA device on this machine: OpenRLHF's Ray PPO pipeline places its actors and vLLM engines on "
-              "GPUs. Without one, run the COPO math and OpenRLHF integration tests instead (README, 'Without a GPU')")
 
 
 def _run(argv: List[str], stop_before_training: bool) -> dict:

@@ -135,8 +135,13 @@ def is_applied() -> bool:
 
 
 def ray_worker_setup() -> None:
-    """Ray `worker_process_setup_hook`: runs in every Ray worker process before its first task."""
+    """Ray `worker_process_setup_hook`: runs in every Ray worker process before its first task.
+
+    Installs the COPO patches and, on a CPU run only, the CPU device path (`cpu.apply`)."""
+    from openrlhf_copo.openrlhf_ext import cpu
+
     apply()
+    cpu.apply()
 
 
 #: The dotted path Ray imports in each worker.

