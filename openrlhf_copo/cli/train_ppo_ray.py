@@ -102,6 +102,10 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
 
 
 def _run(argv: List[str], stop_before_training: bool) -> dict:
+    from openrlhf_copo.openrlhf_ext import cpu
+
+    if not stop_before_training and not cpu.cuda_available():
+        cpu.prepare_driver()
     captured: dict = {}
     saved_argv = sys.argv
     sys.argv = [PROG] + list(argv)

@@ -9,6 +9,7 @@ What a CPU run changes, in the order unmodified OpenRLHF 0.11.2 breaks without i
 1. Ray: the pipeline asks for GPUs (`num_gpus`, placement bundles `{"GPU": 1, "CPU": 1}`).
    The CPU path starts Ray on 127.0.0.1 with one logical "GPU" slot per DeepSpeed rank and
    vLLM engine (`ray_init_kwargs`): Ray's GPU resource is a counter here; no CUDA is touched.
+   Ray, vLLM and gloo are kept on the loopback address (`loopback_env`).
 2. CUDA device calls on the training path (`torch.cuda.set_device`, `synchronize`,
    `current_device`, `current_stream`, the "cuda" device mesh, the replay buffer's
    `cuda:N` target device) become their CPU meaning (`apply_torch_device_path`).
@@ -83,21 +84,38 @@ def device_slots(args) -> int:
     return max(1, n)
 
 
+def loopback_env() -> dict:
+    """Environment of a CPU run, set in the driver before Ray starts and inherited by every worker:
+    take the CPU path, and keep Ray, vLLM and the process groups on 127.0.0.1."""
+    env = {
+        CPU_ENV: "1",
+        # Ray's own switch for a loopback-only, single-machine cluster (node address 127.0.0.1).
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "VLLM_HOST_IP": "127.0.0.1",
+        KV_CACHE_ENV: os.environ.get(KV_CACHE_ENV, "1"),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    if os.path.exists("/sys/class/net/lo"):
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    return env
+
+
+def prepare_driver() -> None:
+    """Call before `ray` is imported in the driver of a CPU run (Ray reads its cluster switch at import)."""
+    for key, value in loopback_env().items():
+        os.environ.setdefault(key, value)
+
+
 def ray_init_kwargs(args, kwargs: dict) -> dict:
-    """`ray.init` arguments for a CPU run: local, on 127.0.0.1, with logical GPU slots; workers told to take the CPU path."""
+    """`ray.init` arguments for a CPU run: a local cluster with one logical GPU slot per rank / engine."""
     kwargs = dict(kwargs)
     env = dict(kwargs.get("runtime_env") or {})
-    env_vars = dict(env.get("env_vars") or {})
-    env_vars[CPU_ENV] = "1"
-    env_vars.setdefault(KV_CACHE_ENV, os.environ.get(KV_CACHE_ENV, "1"))
-    env_vars.setdefault("TOKENIZERS_PARALLELISM", "false")
-    env["env_vars"] = env_vars
+    env["env_vars"] = {**loopback_env(), **dict(env.get("env_vars") or {})}
     kwargs["runtime_env"] = env
     if not os.environ.get("RAY_ADDRESS") and "address" not in kwargs:
         slots = device_slots(args)
         kwargs.update(num_cpus=max(8, 2 * slots + 4), num_gpus=slots, _node_ip_address="127.0.0.1",
                       include_dashboard=False)
-    os.environ[CPU_ENV] = "1"  # the driver's own later imports (e.g. vLLM plugins) see it too
     return kwargs
 
 
