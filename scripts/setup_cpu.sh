@@ -47,7 +47,7 @@ rm -rf "$SITE/flash_attn"
 cp -r "$ROOT/cpu/stubs/flash_attn" "$SITE/flash_attn"
 
 "${PIP[@]}" --no-deps -e .
-"${PIP[@]}" -c "$CONS" "math-verify[antlr4_13_2]==0.9.0" "pytest>=8" matplotlib
+"${PIP[@]}" -c "$CONS" "math-verify[antlr4_13_2]==0.9.0" "pytest>=8" matplotlib "gguf==0.19.0" "reasoning-gym==0.1.25"
 "$VPY" -m pip uninstall -y -q triton 2>/dev/null || true
 "$VPY" - <<'PYEOF'
 import torch, vllm, deepspeed, ray, openrlhf, transformers, math_verify  # noqa: F401

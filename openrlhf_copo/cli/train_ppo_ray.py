@@ -39,7 +39,8 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
 
     import openrlhf.utils.config as orl_config
     from openrlhf_copo.openrlhf_ext import cpu, patches
-    from openrlhf_copo.openrlhf_ext.config import copo_problems, estimator_action, extend_openrlhf_parser, is_copo
+    from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
+                                                   estimator_action, extend_openrlhf_parser, is_copo)
 
     original_parse_args = argparse.ArgumentParser.parse_args
     original_hierarchize = orl_config.hierarchize
@@ -64,6 +65,11 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
                 try:
                     patches.apply()  # in the driver too; fails early on an unsupported openrlhf
                 except patches.OpenRLHFVersionError as e:
+                    _fail(str(e))
+            if not stop_before_training:
+                try:
+                    check_resume_settings(nested)
+                except CopoConfigError as e:
                     _fail(str(e))
             if not cpu.cuda_available():
                 problems = cpu.cpu_problems(nested)
@@ -128,8 +134,20 @@ def load_args(argv: List[str]):
     return _run(argv, stop_before_training=True)["args"]
 
 
+def wants_embedded_default(argv: List[str]) -> bool:
+    """No model given (and no --help): the user asks for the embedded default job."""
+    return not any(a in ("-h", "--help") for a in argv) and not any(
+        a == "--actor.model_name_or_path" or a.startswith("--actor.model_name_or_path=") for a in argv)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
-    _run(sys.argv[1:] if argv is None else argv, stop_before_training=False)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if wants_embedded_default(argv):
+        from openrlhf_copo.embedded import job
+        from openrlhf_copo.openrlhf_ext import cpu
+
+        raise SystemExit(job.refuse_on_gpu() if cpu.cuda_available() else job.run(argv))
+    _run(argv, stop_before_training=False)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ def add_copo_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--copo.eps", type=float, default=1e-6, help="added to the std in both advantages")
     g.add_argument("--copo.entropy_base", type=float, default=2.0,
                    help="log base of the consistency entropy (2 reproduces the paper's appendix)")
+    g.add_argument("--copo.metrics_file", type=str, default=None,
+                   help="also append every step's logged metrics to this JSON-lines file (any estimator)")
 
 
 def resolve_mode(args) -> str:
@@ -100,6 +102,39 @@ def copo_problems(args) -> List[str]:
     if c.entropy_base <= 0 or c.entropy_base == 1:
         problems.append(f"--copo.entropy_base {c.entropy_base} must be positive and != 1")
     return problems
+
+
+RESUME_SETTINGS_FILE = "copo_settings.json"
+
+
+def check_resume_settings(args, write: bool = True) -> None:
+    """A run resumed from a checkpoint goes on with the COPO settings it was saved with.
+
+    Next to OpenRLHF's checkpoint (`--ckpt.path`) we keep the run's estimator and COPO settings;
+    resuming (`--ckpt.load_enable` with a saved `_actor` checkpoint) with different ones is refused.
+    """
+    import json
+    import os
+
+    if not (args.ckpt.load_enable or args.ckpt.save_steps > 0):
+        return  # no checkpoint is saved or loaded
+    path = os.path.join(args.ckpt.path, RESUME_SETTINGS_FILE)
+    current = {"estimator": args.algo.advantage.estimator, **(copo_settings(args) if is_copo(args) else {})}
+    resuming = args.ckpt.load_enable and os.path.isdir(os.path.join(args.ckpt.path, "_actor"))
+    if resuming and os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        if saved != current:
+            diff = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(set(saved) | set(current))
+                             if saved.get(k) != current.get(k))
+            raise CopoConfigError(f"{args.ckpt.path} was saved with other COPO settings ({diff}): resume with the "
+                                  "same flags, or start a new --ckpt.path")
+    elif write:
+        os.makedirs(args.ckpt.path, exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(current, f, indent=1)
+        os.replace(tmp, path)
 
 
 def check_copo_args(args) -> None:

