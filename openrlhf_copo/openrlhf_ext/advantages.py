@@ -103,6 +103,12 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
 
     for i, exp in enumerate(experiences):
         mask = exp.action_mask.to(torch.float32)
+        if exp.rollout_log_probs is not None and exp.action_log_probs is not None:
+            # Train/inference mismatch per response: vLLM's logprobs of the sampled tokens against the
+            # trainer's on the same tokens (mean |difference| over action tokens). After a correct
+            # weight sync it is bf16 noise; stale weights in vLLM show up here first.
+            diff = (exp.rollout_log_probs.float() - exp.action_log_probs.float()).abs() * mask
+            exp.info["copo_rollout_logprob_absdiff"] = diff.sum(1) / mask.sum(1).clamp(min=1)
         local = split["w_local_adv"][i].to(torch.float32)
         exp.advantages = local.unsqueeze(1) * mask
         exp.returns = exp.advantages.clone()

@@ -96,11 +96,14 @@ def test_policy_weights_changed(run):
 
 
 def test_updated_weights_reached_the_vllm_engine(run):
-    """Step 2 samples with the weights synced after step 1: vLLM's logprobs must match DeepSpeed's."""
+    """Step 2 samples with the weights synced after step 1's update: vLLM's logprobs of the sampled tokens
+    must match DeepSpeed's on the same tokens. Measured here: ~7e-4 after a sync (bf16 noise), 0.24 when
+    vLLM keeps the step-1 weights."""
     tmp, _, _, first = run
     assert first.returncode == 0
-    step2 = metrics(tmp)[1]
-    assert abs(step2["vllm_kl"]) < 2e-2, step2["vllm_kl"]
+    step1, step2 = metrics(tmp)[:2]
+    assert step1["actor_grad_norm"] > 0  # step 1 did change the weights
+    assert step2["copo_rollout_logprob_absdiff"] < 0.02, step2["copo_rollout_logprob_absdiff"]
 
 
 def test_checkpoint_resumes_from_the_saved_step_with_the_same_settings(run):
