@@ -1,10 +1,4 @@
-"""Shared fixtures: real OpenRLHF args, a tiny real model, a one-process gloo group.
-
-The only stand-ins here are for CUDA *device selection* calls that OpenRLHF makes on its
-training path and that have no meaning on a CPU (`torch.cuda.set_device`, `synchronize`,
-`current_device`, and DeepSpeed's device mesh type). They live in this test environment only
-(`cuda_device_calls_on_cpu`); moving a tensor to CUDA or running a CUDA kernel still fails.
-"""
+"""Shared fixtures: real OpenRLHF args, a tiny real model, a one-process gloo group, the CPU path."""
 
 from __future__ import annotations
 
@@ -57,24 +51,27 @@ def gloo_world():
     # left up for the session: DeepSpeed engines keep references to it
 
 
-@pytest.fixture
-def cuda_device_calls_on_cpu(monkeypatch):
-    """Device-selection calls of OpenRLHF's training path, made harmless on a CPU (see module doc)."""
-    import openrlhf.utils.deepspeed.deepspeed as ds_mod
-    from torch.distributed.device_mesh import init_device_mesh
+@pytest.fixture(scope="session")
+def cpu_path():
+    """The package's own CPU device path (what every worker of a CPU run installs), in this process."""
+    from openrlhf_copo.openrlhf_ext import cpu
 
-    if torch.cuda.is_available():
-        return
-    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(ds_mod, "init_device_mesh", lambda _type, *a, **k: init_device_mesh("cpu", *a, **k))
+    assert not torch.cuda.is_available(), "these tests exercise the CPU path; this machine has CUDA"
+    assert cpu.apply()
 
 
 @pytest.fixture(scope="session")
 def copo_patched():
+    """The COPO glue is active: installed at run time, or (OPENRLHF_COPO_FORK_UNDER_TEST=DIR) carried by a
+    copy of openrlhf in DIR that has patches/ applied, where the run-time patches must stand aside."""
+    import openrlhf
+
     from openrlhf_copo.openrlhf_ext import patches
 
-    patches.apply()
+    fork = os.environ.get("OPENRLHF_COPO_FORK_UNDER_TEST")
+    applied_now = patches.apply()
+    if fork:
+        assert openrlhf.__file__.startswith(fork), f"expected the patched fork under {fork}, got {openrlhf.__file__}"
+        assert not applied_now, "the run-time patches went on top of the patched fork"
     assert patches.is_applied()
     return patches

@@ -6,7 +6,8 @@
 # Override from the environment: MODEL, DATA (prompt/label jsonl), SAVE_DIR, NNODES, GPUS_PER_NODE,
 # VLLM_ENGINES, ESTIMATOR (copo | go_selective | go_blended | go_only | copo_selective), COPO_MODE
 # (grpo = the GRPO baseline through the same code path), GAMMA, RHO, ZERO_CONTROL, STD, KL_COEF,
-# EPISODES, WANDB_PROJECT. Extra OpenRLHF flags may follow on the command line.
+# LOSS_AGG (seq-mean-token-mean | token-mean), EPISODES, WANDB_PROJECT. Extra OpenRLHF flags may follow on the
+# command line.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source examples/scripts/_submit.sh
@@ -30,7 +31,7 @@ ARGS=(
   --data.max_len 4096 --rollout.max_new_tokens 2048
   --rollout.temperature 1.0 --rollout.top_p 1.0
   --actor.adam.lr 1e-6 --actor.lr_scheduler constant --actor.lr_warmup_ratio 0 --actor.adam.weight_decay 0
-  --actor.eps_clip 0.2 --actor.loss_agg_mode seq-mean-token-mean
+  --actor.eps_clip 0.2 --actor.loss_agg_mode "${LOSS_AGG:-seq-mean-token-mean}"
   --algo.kl.use_loss --algo.kl.init_coef "${KL_COEF:-0.001}" --algo.kl.estimator k3
   --train.num_episodes "${EPISODES:-1}" --train.max_epochs 1
   --actor.num_nodes "$NNODES" --actor.num_gpus_per_node "$GPUS_PER_NODE"

@@ -71,13 +71,12 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
                     check_resume_settings(nested)
                 except CopoConfigError as e:
                     _fail(str(e))
-            if not cpu.cuda_available():
+            if not stop_before_training and not cpu.cuda_available():
                 problems = cpu.cpu_problems(nested)
                 if problems:
                     _fail(f"no CUDA device, so this runs on the CPU path, where {problems[0]}")
                 captured["cpu"] = True
-                if not stop_before_training:
-                    cpu.apply()
+                cpu.apply()
         return nested
 
     def init(*args, **kwargs):
@@ -126,7 +125,8 @@ def _run(argv: List[str], stop_before_training: bool) -> dict:
 
 
 def load_args(argv: List[str]):
-    """The fully validated, hierarchized args that `train(args)` would receive, without training.
+    """The validated, hierarchized args that `train(args)` would receive, without training (the CPU
+    path's checks and adaptations are left out: they depend on the machine, not on the command line).
 
     Runs OpenRLHF's parser and its post-parse checks with the COPO hooks, then stops where
     `train(args)` begins. Used by tests and the example-script check.

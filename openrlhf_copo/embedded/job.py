@@ -37,14 +37,17 @@ def default_argv(model: str, train: Path, run_dir: Path, estimator: str = "copo"
     return [
         "--advantage_estimator", estimator,
         "--actor.model_name_or_path", model,
-        "--reward.remote_url", str(Path(__file__).resolve().parents[1] / "rewards" / "math_reward.py"),
+        # The paper's format reward for base models (0 no answer / 0.1 answer in the form / 1 correct):
+        # a 135M model rarely answers in \boxed{} at first, and with 0/1 rewards most batches would
+        # carry no variance at all. Zero control and accuracy still use correctness (copo_correct).
+        "--reward.remote_url", str(Path(__file__).resolve().parents[1] / "rewards" / "math_format_reward.py"),
         "--data.prompt_dataset", str(train), "--data.input_key", "prompt", "--data.label_key", "label",
         "--data.apply_chat_template", "--data.max_samples", str(PROMPTS_PER_STEP * STEPS),
         "--rollout.batch_size", str(PROMPTS_PER_STEP), "--rollout.n_samples_per_prompt", str(SAMPLES_PER_PROMPT),
         "--rollout.micro_batch_size", "8", "--train.batch_size", str(PROMPTS_PER_STEP * SAMPLES_PER_PROMPT),
         "--train.micro_batch_size", "8", "--rollout.max_new_tokens", str(MAX_NEW_TOKENS), "--data.max_len", "512",
         "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
-        "--actor.adam.lr", "2e-6", "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
+        "--actor.adam.lr", "1e-5", "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
         # KL as a loss, as in the paper; coefficient 0 spares the CPU a reference model.
         "--algo.kl.use_loss", "--algo.kl.init_coef", "0",
         "--train.num_episodes", "1", "--train.max_epochs", "1",

@@ -67,8 +67,56 @@ def check_openrlhf() -> str:
     return version
 
 
+# The glue itself: four functions that OpenRLHF's code calls. `apply()` wires them in at run time;
+# the diffs in patches/ call the very same functions from a fork's source.
+
+
+def copo_advantages_or_none(maker, experiences):
+    """In `RemoteExperienceMaker.compute_advantages_and_returns`: COPO's advantages, or None when the
+    run's estimator is not COPO's (OpenRLHF's own code then runs unchanged)."""
+    if not is_copo(maker.strategy.args):
+        return None
+    from openrlhf_copo.openrlhf_ext.advantages import copo_compute_advantages_and_returns
+
+    return copo_compute_advantages_and_returns(maker, experiences)
+
+
+def wrap_actor_loss(trainer) -> None:
+    """At the end of `ActorPPOTrainer.__init__`: the two-term COPO loss around the trainer's PolicyLoss."""
+    from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
+
+    if is_copo(trainer.args) and not isinstance(trainer.actor_loss_fn, CopoPolicyLoss):
+        trainer.actor_loss_fn = CopoPolicyLoss(trainer.actor_loss_fn)
+
+
+def before_training_step(trainer, experience) -> None:
+    """At the start of `ActorPPOTrainer.training_step`: hand the micro-batch's w_global * A_global to the loss."""
+    from openrlhf_copo.openrlhf_ext.advantages import GLOBAL_ADV_KEY
+    from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
+
+    if isinstance(trainer.actor_loss_fn, CopoPolicyLoss):
+        g = experience.info.get(GLOBAL_ADV_KEY)
+        if g is None:
+            raise RuntimeError(f"COPO: micro-batch without info['{GLOBAL_ADV_KEY}'] (not made by the COPO advantage step)")
+        trainer.actor_loss_fn.global_advantages = torch_stack(g)
+
+
+def after_training_step(trainer, status: dict) -> dict:
+    """At the end of `ActorPPOTrainer.training_step`: log the two loss terms."""
+    from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
+
+    loss = trainer.actor_loss_fn
+    if isinstance(loss, CopoPolicyLoss) and loss.last_terms is not None:
+        local, glob, glob_clip = loss.last_terms
+        status["metrics"].update(copo_loss_local=local, copo_loss_global=glob, copo_clip_ratio_global=glob_clip)
+        status["weights"].update(copo_loss_local="token", copo_loss_global="token", copo_clip_ratio_global="token")
+    return status
+
+
 def apply() -> bool:
-    """Install the COPO patches into this process's openrlhf classes (idempotent). Returns True if newly applied."""
+    """Install the COPO patches into this process's openrlhf classes (idempotent). Returns True if newly applied.
+
+    A fork carrying patches/ marks its classes as patched, so this is a no-op there."""
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
     from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
 
@@ -76,41 +124,24 @@ def apply() -> bool:
         return False
     check_openrlhf()
 
-    from openrlhf_copo.openrlhf_ext.advantages import GLOBAL_ADV_KEY, copo_compute_advantages_and_returns
-    from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
-
     original_advantages = RemoteExperienceMaker.compute_advantages_and_returns
+    original_init = ActorPPOTrainer.__init__
+    original_step = ActorPPOTrainer.training_step
 
     @functools.wraps(original_advantages)
     def compute_advantages_and_returns(self, experiences):
-        if is_copo(self.strategy.args):
-            return copo_compute_advantages_and_returns(self, experiences)
-        return original_advantages(self, experiences)
-
-    original_init = ActorPPOTrainer.__init__
+        result = copo_advantages_or_none(self, experiences)
+        return original_advantages(self, experiences) if result is None else result
 
     @functools.wraps(original_init)
     def __init__(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
-        if is_copo(self.args):
-            self.actor_loss_fn = CopoPolicyLoss(self.actor_loss_fn)
-
-    original_step = ActorPPOTrainer.training_step
+        wrap_actor_loss(self)
 
     @functools.wraps(original_step)
     def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
-        copo_loss = self.actor_loss_fn if isinstance(self.actor_loss_fn, CopoPolicyLoss) else None
-        if copo_loss is not None:
-            g = experience.info.get(GLOBAL_ADV_KEY)
-            if g is None:
-                raise RuntimeError(f"COPO: micro-batch without info['{GLOBAL_ADV_KEY}'] (not made by the COPO advantage step)")
-            copo_loss.global_advantages = torch_stack(g)
-        status = original_step(self, experience, kl_ctl, step, loss_batch_info)
-        if copo_loss is not None and copo_loss.last_terms is not None:
-            local, glob, glob_clip = copo_loss.last_terms
-            status["metrics"].update(copo_loss_local=local, copo_loss_global=glob, copo_clip_ratio_global=glob_clip)
-            status["weights"].update(copo_loss_local="token", copo_loss_global="token", copo_clip_ratio_global="token")
-        return status
+        before_training_step(self, experience)
+        return after_training_step(self, original_step(self, experience, kl_ctl, step, loss_batch_info))
 
     RemoteExperienceMaker.compute_advantages_and_returns = compute_advantages_and_returns
     ActorPPOTrainer.__init__ = __init__

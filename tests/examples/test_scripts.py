@@ -11,23 +11,69 @@ from openrlhf_copo.openrlhf_ext.config import copo_settings
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "examples" / "scripts"
 ALL = sorted(p.name for p in SCRIPTS.glob("*.sh") if not p.name.startswith("_"))
+TRAIN = [n for n in ALL if n.startswith(("train_", "sweep_"))]
 
 
-def script_args(name, **env):
+def script_runs(name, **env):
+    """The command line(s) a script would submit (a sweep submits several, separated by '---')."""
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
     out = subprocess.run(["bash", str(SCRIPTS / name)], capture_output=True, text=True, timeout=120, check=True,
                          env={**os.environ, "PATH": path, "COPO_PRINT_ARGS": "1", **env})
-    return out.stdout.splitlines()
+    runs, current = [], []
+    for line in out.stdout.splitlines():
+        if line == "---":
+            runs.append(current)
+            current = []
+        else:
+            current.append(line)
+    return runs + ([current] if current else [])
+
+
+def script_args(name, **env):
+    (only,) = script_runs(name, **env)
+    return only
 
 
 def test_there_are_scripts():
     assert {"train_copo_ray.sh", "train_grpo_baseline.sh", "train_copo_released_preset.sh"} <= set(ALL)
 
 
-@pytest.mark.parametrize("name", ALL)
-def test_script_parses(load_args, name):
-    args = load_args(script_args(name))
-    assert args.rollout.n_samples_per_prompt == 6 and args.rollout.batch_size == 512
+@pytest.mark.parametrize("name", TRAIN)
+def test_training_script_parses(load_args, name):
+    for argv in script_runs(name):
+        args = load_args(argv)
+        assert args.rollout.n_samples_per_prompt == 6 and args.rollout.batch_size == 512
+
+
+def test_every_script_is_covered():
+    assert set(ALL) == set(TRAIN) | {"evaluate_run.sh"}
+
+
+def test_evaluate_script_parses():
+    from openrlhf_copo.cli.evaluate import build_parser
+
+    args = build_parser().parse_args(script_args("evaluate_run.sh", MODELS="a b", WITH_AIME25="1"))
+    assert args.model == ["a", "b"] and args.temperature == 1.0 and args.top_p == 1.0
+    assert args.benchmark == ["math500=data/math500.jsonl:8", "aime24=data/aime24.jsonl:64",
+                              "aime25=data/aime25.jsonl:64"]
+
+
+def test_sweep_covers_table_4(load_args):
+    pairs = [(copo_settings(a)["gamma"], copo_settings(a)["rho"])
+             for a in map(load_args, script_runs("sweep_gamma_rho.sh"))]
+    assert pairs == [(3, 1), (5, 1), (10, 1), (20, 0.5), (20, 1.2), (20, 1.5)]
+
+
+@pytest.mark.parametrize("ablation", ["go_selective", "go_blended", "go_only", "copo_selective"])
+def test_ablation_scripts(load_args, ablation):
+    assert copo_settings(load_args(script_args(f"train_ablation_{ablation}.sh")))["mode"] == ablation
+
+
+def test_dapo_baseline(load_args):
+    args = load_args(script_args("train_dapo_baseline.sh"))
+    assert args.algo.advantage.estimator == "group_norm" and args.algo.dynamic_filtering_enable
+    assert args.actor.eps_clip_low_high == [0.2, 0.28] and args.actor.loss_agg_mode == "token-mean"
+    assert args.algo.kl.init_coef == 0
 
 
 def test_paper_setting(load_args):

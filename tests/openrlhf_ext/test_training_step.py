@@ -13,7 +13,7 @@ from openrlhf_copo.core import copo_advantages
 from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
 from tests_support import copo_argv, make_rollout
 
-pytestmark = pytest.mark.usefixtures("copo_patched", "gloo_world", "cuda_device_calls_on_cpu")
+pytestmark = pytest.mark.usefixtures("copo_patched", "gloo_world", "cpu_path")
 
 EPS_CLIP = 0.2
 

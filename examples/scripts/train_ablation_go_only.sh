@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# The paper's ablation go_only (Table 3, Qwen2.5-3B-Instruct, MATH-500): the COPO setting with --advantage_estimator go_only.
+set -euo pipefail
+ESTIMATOR=go_only exec "$(dirname "$0")/train_copo_ray.sh" "$@"

@@ -1,0 +1,92 @@
+"""mean@k, maj@k and pass@k over k sampled responses per prompt (pure Python + numpy).
+
+Each prompt contributes ``k`` samples, each an ``(answer_id, correct)`` pair: ``answer_id`` is the
+equivalence-clustered id of the extracted final answer (`openrlhf_copo.rewards`), ``None`` when the
+response has no answer; ``correct`` is whether it is equivalent to the label.
+
+- **mean@k**: the mean correctness of the k samples of a prompt, averaged over prompts (the paper's
+  mean@8 / mean@64).
+- **maj@k** (exact): the prompt counts as solved when the most frequent answer among its k samples is
+  correct. Votes are over equivalence clusters, so `1/2` and `0.5` vote together; responses with no
+  answer do not vote (a prompt where none answered is unsolved). Ties go to the answer seen first in
+  sample order — the released code's rule (`max` over vote counts keeps the first).
+- **maj@k** (bootstrap, the released code's estimate): for each prompt, 1000 resamples of size k drawn
+  with replacement from its samples with `numpy.random.RandomState(42)` (the code seeds the global
+  generator with 42 before each prompt's resampling), majority-correctness averaged over resamples.
+- **pass@k**: the unbiased estimator 1 - C(n - c, k) / C(n, k) from n samples with c correct
+  (Chen et al., 2021), averaged over prompts.
+"""
+
+from __future__ import annotations
+
+from math import comb
+from typing import Hashable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+Sample = Tuple[Optional[Hashable], bool]
+
+__all__ = ["mean_at_k", "maj_at_k", "maj_at_k_bootstrap", "pass_at_k", "majority_correct"]
+
+
+def _check(prompts: Sequence[Sequence[Sample]]) -> None:
+    if not prompts:
+        raise ValueError("no prompts to score: the benchmark is empty")
+    for i, samples in enumerate(prompts):
+        if not samples:
+            raise ValueError(f"prompt {i} has no samples")
+
+
+def mean_at_k(prompts: Sequence[Sequence[Sample]]) -> float:
+    """Mean over prompts of the fraction of correct samples."""
+    _check(prompts)
+    return sum(sum(bool(c) for _, c in s) / len(s) for s in prompts) / len(prompts)
+
+
+def majority_correct(samples: Sequence[Sample]) -> bool:
+    """Whether the majority answer among ``samples`` is correct (no-answer samples do not vote; first seen wins ties)."""
+    votes: dict = {}
+    correct_of: dict = {}
+    for answer, correct in samples:
+        if answer is None:
+            continue
+        votes[answer] = votes.get(answer, 0) + 1
+        correct_of[answer] = correct_of.get(answer, False) or bool(correct)
+    if not votes:
+        return False
+    best = max(votes, key=votes.get)  # dicts keep insertion order: ties go to the first seen
+    return correct_of[best]
+
+
+def maj_at_k(prompts: Sequence[Sequence[Sample]]) -> float:
+    """Exact majority vote over all k samples of each prompt, averaged over prompts."""
+    _check(prompts)
+    return sum(majority_correct(s) for s in prompts) / len(prompts)
+
+
+def maj_at_k_bootstrap(prompts: Sequence[Sequence[Sample]], k: Optional[int] = None, n_bootstrap: int = 1000,
+                       seed: int = 42) -> float:
+    """The released code's bootstrap estimate of maj@k (k defaults to each prompt's sample count)."""
+    _check(prompts)
+    total = 0.0
+    for samples in prompts:
+        size = k or len(samples)
+        rng = np.random.RandomState(seed)
+        hits = 0
+        for _ in range(n_bootstrap):
+            idx = rng.choice(len(samples), size=size, replace=True)
+            hits += majority_correct([samples[i] for i in idx])
+        total += hits / n_bootstrap
+    return total / len(prompts)
+
+
+def pass_at_k(prompts: Sequence[Sequence[Sample]], k: int) -> float:
+    """Unbiased pass@k from n >= k samples per prompt."""
+    _check(prompts)
+    scores: List[float] = []
+    for samples in prompts:
+        n, c = len(samples), sum(bool(x) for _, x in samples)
+        if n < k:
+            raise ValueError(f"pass@{k} needs at least {k} samples per prompt, got {n}")
+        scores.append(1.0 - comb(n - c, k) / comb(n, k))
+    return sum(scores) / len(scores)

@@ -1,0 +1,66 @@
+"""mean@k, maj@k, pass@k: the tables' definitions, pinned with hand-computed values."""
+
+import pytest
+
+from openrlhf_copo.evaluation.metrics import maj_at_k, maj_at_k_bootstrap, majority_correct, mean_at_k, pass_at_k
+
+# Two prompts, k = 4. Answers are equivalence-cluster ids; None = no answer.
+P1 = [("a", True), ("b", False), ("a", True), ("c", False)]   # 2/4 correct, majority "a" (2 votes) correct
+P2 = [("x", False), ("x", False), ("y", True), (None, False)]  # 1/4 correct, majority "x" wrong
+BATCH = [P1, P2]
+
+
+def test_mean_at_k_by_hand():
+    # (2/4 + 1/4) / 2 = 0.375
+    assert mean_at_k(BATCH) == pytest.approx(0.375)
+
+
+def test_maj_at_k_by_hand():
+    # P1 solved, P2 not -> 0.5
+    assert maj_at_k(BATCH) == pytest.approx(0.5)
+
+
+def test_majority_tie_goes_to_the_first_seen_answer():
+    assert majority_correct([("w", False), ("r", True), ("r", True), ("w", False)]) is False
+    assert majority_correct([("r", True), ("w", False), ("w", False), ("r", True)]) is True
+
+
+def test_no_answer_does_not_vote():
+    assert majority_correct([(None, False), (None, False), ("r", True)]) is True
+    assert majority_correct([(None, False), (None, False)]) is False
+
+
+def test_pass_at_k_by_hand():
+    # P1: n=4, c=2: pass@1 = 1 - C(2,1)/C(4,1) = 0.5; pass@2 = 1 - C(2,2)/C(4,2) = 1 - 1/6
+    # P2: n=4, c=1: pass@1 = 0.25;                  pass@2 = 1 - C(3,2)/C(4,2) = 0.5
+    assert pass_at_k(BATCH, 1) == pytest.approx((0.5 + 0.25) / 2)
+    assert pass_at_k(BATCH, 2) == pytest.approx((5 / 6 + 0.5) / 2)
+    assert pass_at_k(BATCH, 4) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="at least 5 samples"):
+        pass_at_k(BATCH, 5)
+
+
+def test_pass_at_1_equals_mean_at_k():
+    assert pass_at_k(BATCH, 1) == pytest.approx(mean_at_k(BATCH))
+
+
+def test_bootstrap_is_the_released_codes_seeded_procedure():
+    import numpy as np
+
+    # the released code: np.random.seed(42) then np.random.choice(len(data), size=k, replace=True), 1000 times
+    np.random.seed(42)
+    expected = np.mean([majority_correct([P1[i] for i in np.random.choice(4, size=4, replace=True)])
+                        for _ in range(1000)])
+    assert maj_at_k_bootstrap([P1]) == pytest.approx(expected)
+    # a prompt whose samples are all one correct answer is always solved; all wrong, never
+    assert maj_at_k_bootstrap([[("r", True)] * 3]) == 1.0
+    assert maj_at_k_bootstrap([[("w", False)] * 3]) == 0.0
+    # the bootstrap of a split vote lies strictly between the extremes
+    assert 0.0 < maj_at_k_bootstrap([P1]) < 1.0
+
+
+def test_empty_benchmark_is_refused():
+    with pytest.raises(ValueError, match="benchmark is empty"):
+        mean_at_k([])
+    with pytest.raises(ValueError, match="prompt 0 has no samples"):
+        maj_at_k([[]])

@@ -1,0 +1,77 @@
+"""The CPU device path: refused settings, loopback-only Ray, and nothing applied where CUDA exists."""
+
+import subprocess
+import sys
+
+import pytest
+
+from openrlhf_copo.openrlhf_ext import cpu
+from tests_support import copo_argv
+
+CPU_OK = ["--vllm.sync_backend", "gloo", "--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1"]
+
+
+@pytest.mark.parametrize("extra, reason", [
+    (["--vllm.sync_with_ray"], "--vllm.sync_with_ray fails on the CPU"),
+    (["--train.colocate_all", "--vllm.enable_sleep"], "vLLM sleep mode is not supported"),
+    (["--vllm.sync_backend", "nccl"], "NCCL needs CUDA; add --vllm.sync_backend gloo"),
+    (["--ds.packing_samples"], "--ds.packing_samples / --ds.ring_attn_size force flash-attention"),
+    (["--ds.attn_implementation", "flash_attention_2"], "has no CPU kernels: use sdpa or eager"),
+    (["--ds.use_liger_kernel"], "liger's Triton kernels need CUDA"),
+    (["--train.enable_ema"], "--train.enable_ema"),
+])
+def test_settings_that_cannot_work_on_the_cpu(load_args, extra, reason):
+    problems = cpu.cpu_problems(load_args(copo_argv(*CPU_OK, *extra)))
+    assert problems and reason in problems[0], problems
+
+
+def test_the_cpu_test_settings_are_clean(load_args):
+    assert cpu.cpu_problems(load_args(copo_argv(*CPU_OK))) == []
+
+
+def test_ray_is_local_and_on_loopback(load_args, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    args = load_args(copo_argv(*CPU_OK, "--vllm.num_engines", "2"))
+    kw = cpu.ray_init_kwargs(args, {"runtime_env": {"env_vars": {"NCCL_DEBUG": "WARN"}}})
+    assert kw["_node_ip_address"] == "127.0.0.1" and kw["include_dashboard"] is False
+    assert kw["num_gpus"] == 3  # 1 actor rank + 2 vLLM engines (no reference model with init_coef 0)
+    env = kw["runtime_env"]["env_vars"]
+    assert env["OPENRLHF_COPO_CPU"] == "1" and env["VLLM_HOST_IP"] == "127.0.0.1"
+    assert env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0" and env["NCCL_DEBUG"] == "WARN"
+
+
+PRETEND_CUDA = """
+import os, torch
+torch.cuda.is_available = lambda: True          # a GPU machine, as far as the CPU path can tell
+os.environ.pop("OPENRLHF_COPO_CPU", None)
+from openrlhf_copo.openrlhf_ext import cpu
+import openrlhf.trainer.ray.vllm_worker_wrap as wrap, openrlhf.utils.distributed_util as du
+before = (torch.cuda.set_device, torch.cuda.current_device, wrap.WorkerWrap.update_weight, du.stateless_init_process_group)
+assert cpu.apply() is False
+cpu.vllm_plugin()
+after = (torch.cuda.set_device, torch.cuda.current_device, wrap.WorkerWrap.update_weight, du.stateless_init_process_group)
+assert before == after, "CPU patches were applied on a CUDA machine"
+print("untouched")
+"""
+
+
+def test_nothing_is_applied_when_cuda_is_present():
+    out = subprocess.run([sys.executable, "-c", PRETEND_CUDA], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "untouched" in out.stdout, out.stderr[-2000:]
+
+
+def test_no_argument_run_on_a_gpu_machine_points_to_the_scripts():
+    code = ("import torch; torch.cuda.is_available = lambda: True\n"
+            "from openrlhf_copo.cli.train_ppo_ray import main; main(['--advantage_estimator', 'copo'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2
+    assert "examples/scripts/train_copo_ray.sh" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cpu_path_is_active_in_this_process(cpu_path):
+    import torch
+
+    import openrlhf.trainer.ray.vllm_worker_wrap as wrap
+
+    assert torch.cuda.current_device() == torch.device("cpu")
+    assert wrap.WorkerWrap.update_weight is cpu._cpu_update_weight
