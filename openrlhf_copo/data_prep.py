@@ -3,9 +3,10 @@
 Each written line is one prompt row::
 
     {"prompt": [{"role": "user", "content": "<templated question>"}], "label": "<answer>",
-     "source": "<source>", "id": <the data set's own id, or the row index>}
+     "datasource": "<source>", "id": <the data set's own id, or the row index>}
 
 read by training with ``--data.input_key prompt --data.label_key label --data.apply_chat_template``
+(``datasource`` is the key by which OpenRLHF's in-training evaluation splits its metrics)
 and by `openrlhf_copo.evaluation.evaluate.load_rows`.
 
 Input layouts (column names are matched case-insensitively; `.parquet`, `.json` (a list of
@@ -192,7 +193,8 @@ def load_records(path: Optional[Path] = None, hf_name: Optional[str] = None, spl
         except DataPrepError:
             raise
         except Exception as e:  # a corrupt parquet / json file
-            raise DataPrepError(f"{path}: cannot read as {suffix[1:]} ({type(e).__name__}: {e})".splitlines()[0]) from None
+            reason = f"{type(e).__name__}: {e}".splitlines()[0]
+            raise DataPrepError(f"{path}: cannot read as {suffix[1:]} ({reason})") from None
     if not rows:
         raise DataPrepError(f"{name} has no rows")
     if not all(isinstance(r, dict) for r in rows):
@@ -272,11 +274,11 @@ def convert(source: str, name: str, rows: List[dict], template: str = "boxed",
             if not _label_parses(label):
                 raise RowError(f"math-verify cannot parse the label {label!r}")
         except RowError as e:
-            rejected.append({"id": row_id, "source": source, "label": None if raw_label is None else str(raw_label),
+            rejected.append({"id": row_id, "datasource": source, "label": None if raw_label is None else str(raw_label),
                              "reason": str(e)})
             continue
         out.append({"prompt": [{"role": "user", "content": TEMPLATES[template](question)}], "label": label,
-                    "source": source, "id": row_id})
+                    "datasource": source, "id": row_id})
     return out, rejected, duplicates
 
 

@@ -1,6 +1,6 @@
 """Every place openrlhf_copo touches OpenRLHF, applied by `apply()`.
 
-Three patches, each a no-op unless the run's estimator is one of COPO's, and a fourth for logging:
+Three patches, each a no-op unless the run's estimator is one of COPO's, and two for logging:
 
 1. `RemoteExperienceMaker.compute_advantages_and_returns` -> `advantages.copo_compute_advantages_and_returns`
    (COPO's advantages over the whole rollout batch, on the controller);
@@ -9,7 +9,8 @@ Three patches, each a no-op unless the run's estimator is one of COPO's, and a f
    logs the two loss terms;
 4. `BasePPOTrainer.save_logs_and_checkpoints`: with `--copo.metrics_file`, appends each step's
    metrics (the dict OpenRLHF sends to wandb / tensorboard) to a JSON-lines file (in Ray workers
-   only: see `apply_metrics_file`).
+   only: see `apply_metrics_file`);
+5. `compute_eval_metrics`: OpenRLHF's in-training evaluation also reports mean@k and maj@k.
 
 A monkeypatch made in the driver never reaches Ray actor processes, where these classes run.
 `ray_worker_setup` is therefore registered as Ray's `worker_process_setup_hook` (see
@@ -151,6 +152,50 @@ def apply() -> bool:
     return True
 
 
+def apply_eval_majority() -> None:
+    """Patch 5, in Ray workers only: OpenRLHF's in-training evaluation (`--eval.dataset`) also reports
+    mean@k and maj@k per data source (`eval_<source>_mean<k>`, `eval_<source>_maj<k>`), with the
+    answer ids of the reward function, so the paper's training curves come out of one run."""
+    import openrlhf.trainer.ppo_trainer as ppo_trainer
+
+    original = ppo_trainer.compute_eval_metrics
+    if getattr(original, _PATCHED_ATTR, False):
+        return
+
+    @functools.wraps(original)
+    def compute_eval_metrics(eval_dataloader, samples_list, n_samples_per_prompt):
+        logs = original(eval_dataloader, samples_list, n_samples_per_prompt)
+        if samples_list and all("copo_answer_id" in s.info for s in samples_list):
+            logs.update(eval_majority_logs(eval_dataloader, samples_list, n_samples_per_prompt))
+        return logs
+
+    compute_eval_metrics.__openrlhf_copo_patched__ = True
+    ppo_trainer.compute_eval_metrics = compute_eval_metrics
+
+
+def eval_majority_logs(eval_dataloader, samples_list, k: int) -> dict:
+    """mean@k and maj@k per data source from OpenRLHF's eval samples (k consecutive samples per prompt)."""
+    from openrlhf_copo.evaluation.metrics import maj_at_k, mean_at_k
+
+    source_of = {}
+    for sources, prompts, _labels, _images in eval_dataloader:
+        source_of.update(zip(prompts, sources))
+    per_source: dict = {}
+    flat = [(s.prompts[0], int(s.info["copo_answer_id"].reshape(-1)[0]),
+             bool(s.info["copo_has_answer"].reshape(-1)[0]) if "copo_has_answer" in s.info else True,
+             bool(s.info["copo_correct"].reshape(-1)[0]) if "copo_correct" in s.info else float(s.rewards) > 0)
+            for s in samples_list]
+    for i in range(0, len(flat) - k + 1, k):
+        group = flat[i : i + k]
+        per_source.setdefault(source_of.get(group[0][0], "unknown"), []).append(
+            [(aid if has else None, correct) for _, aid, has, correct in group])
+    logs = {}
+    for source, prompts in per_source.items():
+        logs[f"eval_{source}_mean{k}"] = mean_at_k(prompts)
+        logs[f"eval_{source}_maj{k}"] = maj_at_k(prompts)
+    return logs
+
+
 def apply_metrics_file() -> None:
     """Patch 4, in Ray workers only (`ray_worker_setup`): never in the driver.
 
@@ -219,6 +264,7 @@ def ray_worker_setup() -> None:
 
     apply()
     apply_metrics_file()
+    apply_eval_majority()
     cpu.apply()
 
 

@@ -46,7 +46,15 @@ def test_training_script_parses(load_args, name):
 
 
 def test_every_script_is_covered():
-    assert set(ALL) == set(TRAIN) | {"evaluate_run.sh"}
+    assert set(ALL) == set(TRAIN) | {"evaluate_run.sh", "prepare_data.sh"}
+
+
+def test_prepare_data_script_parses():
+    from openrlhf_copo.cli.prepare_data import build_parser
+
+    runs = [build_parser().parse_args(argv) for argv in script_runs("prepare_data.sh", TEMPLATE="dapo")]
+    assert [r.source for r in runs] == ["dapo_math_17k", "math500", "aime24", "aime25", "gsm8k"]
+    assert {r.template for r in runs} == {"dapo"}
 
 
 def test_evaluate_script_parses():

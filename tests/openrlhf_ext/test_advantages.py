@@ -116,3 +116,17 @@ def test_nan_reward_is_refused_not_trained_on(load_args):
     experiences[0].rewards[0] = float("nan")
     with pytest.raises(ValueError, match="non-finite reward"):
         maker.compute_advantages_and_returns(experiences)
+
+
+def test_in_training_eval_reports_mean_and_majority():
+    """OpenRLHF's eval samples (k consecutive per prompt, info from the reward function) -> mean@k / maj@k per source."""
+    from openrlhf_copo.openrlhf_ext.patches import eval_majority_logs
+
+    samples = make_rollout([[1, 0, 1, 0], [0, 0, 0, 1]], [[7, 3, 7, 5], [2, 2, 4, 9]])
+    for i, s in enumerate(samples):
+        s.prompts = [f"p{i // 4}"]
+    loader = [(["math500", "aime24"], ["p0", "p1"], ["7", "9"], [None, None])]
+    logs = eval_majority_logs(loader, samples, 4)
+    # p0: 2/4 correct, majority 7 (2 votes) correct; p1: 1/4 correct, majority 2 (2 votes) wrong
+    assert logs == {"eval_math500_mean4": 0.5, "eval_math500_maj4": 1.0,
+                    "eval_aime24_mean4": 0.25, "eval_aime24_maj4": 0.0}
