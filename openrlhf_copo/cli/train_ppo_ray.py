@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import runpy
 import sys
+import traceback
 from typing import List, Optional
 
 OPENRLHF_MAIN = "openrlhf.cli.train_ppo_ray"
@@ -39,6 +40,7 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
 
     import openrlhf.utils.config as orl_config
     from openrlhf_copo.openrlhf_ext import cpu, patches
+    from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
     from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
                                                    estimator_action, extend_openrlhf_parser, is_copo)
 
@@ -69,7 +71,8 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
             if not stop_before_training:
                 try:
                     check_resume_settings(nested)
-                except CopoConfigError as e:
+                    preflight(nested)
+                except (CopoConfigError, PreflightError) as e:
                     _fail(str(e))
             if not stop_before_training and not cpu.cuda_available():
                 problems = cpu.cpu_problems(nested)
@@ -119,9 +122,23 @@ def _run(argv: List[str], stop_before_training: bool) -> dict:
             runpy.run_module(OPENRLHF_MAIN, run_name="__main__", alter_sys=False)
     except _StopBeforeTraining:
         pass
+    except Exception as e:  # a dead Ray worker, an out-of-memory, ...: keep the traceback, end on one line
+        if stop_before_training:
+            raise
+        traceback.print_exc()
+        _fail(_failure_line(e, captured.get("args")))
     finally:
         sys.argv = saved_argv
     return captured
+
+
+def _failure_line(error: BaseException, args) -> str:
+    first = (str(error).strip().splitlines() or [""])[0][:300]
+    line = f"training stopped: {type(error).__name__}: {first}"
+    if args is not None and (args.ckpt.save_steps or -1) > 0:
+        line += (f"; checkpoints under {args.ckpt.path} are as last saved: rerun the same command with "
+                 "--ckpt.load_enable to resume")
+    return line
 
 
 def load_args(argv: List[str]):

@@ -121,3 +121,50 @@ def test_cpu_only_settings_are_refused_on_a_machine_without_cuda():
     last = out.stderr.strip().splitlines()[-1]
     assert "no CUDA device, so this runs on the CPU path" in last and "--vllm.sync_backend gloo" in last
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda d: copo_argv(model=str(d / "missing-model")), "--actor.model_name_or_path {d}/missing-model does not exist"),
+    (lambda d: copo_argv(model=str(d)), "--actor.model_name_or_path {d} is not a Hugging Face model folder"),
+])
+def test_preflight_model(tmp_path, make, reason):
+    from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
+
+    from openrlhf_copo.cli.train_ppo_ray import load_args
+
+    with pytest.raises(PreflightError, match=reason.format(d=tmp_path).replace(".", r"\.")):
+        preflight(load_args(make(tmp_path)))
+
+
+@pytest.mark.parametrize("lines, reason", [
+    (None, "--data.prompt_dataset {f} does not exist"),
+    (['{"prompt": "1+1?", "label": "2"}', '{"prompt": "2+2?"}'], "{f}:2: no label in 'label'"),
+    (['{"question": "1+1?", "label": "2"}'], "{f}:1: no 'prompt'"),
+    (['{"prompt": "1+1?", "label": "2"}', '{"prompt": "x?", "label": "???"}'],
+     "{f}:2: label '???' cannot be parsed by math-verify"),
+    ([], "--data.prompt_dataset {f} has no rows"),
+])
+def test_preflight_dataset(tmp_path, tiny_model_dir, lines, reason):
+    from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
+
+    from openrlhf_copo.cli.train_ppo_ray import load_args
+
+    f = tmp_path / "prompts.jsonl"
+    if lines is not None:
+        f.write_text("\n".join(lines) + ("\n" if lines else ""))
+    args = load_args(copo_argv("--data.prompt_dataset", str(f), "--data.input_key", "prompt", "--data.label_key",
+                               "label", model=tiny_model_dir))
+    with pytest.raises(PreflightError) as exc:
+        preflight(args)
+    assert str(exc.value).startswith(reason.format(f=f)), str(exc.value)
+
+
+def test_preflight_passes_good_input(tmp_path, tiny_model_dir):
+    from openrlhf_copo.openrlhf_ext.preflight import preflight
+
+    from openrlhf_copo.cli.train_ppo_ray import load_args
+
+    f = tmp_path / "prompts.jsonl"
+    f.write_text('{"prompt": "1+1?", "label": "2"}\n{"prompt": "half?", "label": "\\\\frac{1}{2}"}\n')
+    preflight(load_args(copo_argv("--data.prompt_dataset", str(f), "--data.input_key", "prompt",
+                                  "--data.label_key", "label", model=tiny_model_dir)))

@@ -27,8 +27,8 @@ def write_prompts(path: Path, n: int) -> Path:
     return path
 
 
-def train(tmp: Path, model: str, data: Path, max_samples: int, *extra: str):
-    argv = [
+def train_argv(tmp: Path, model: str, data: Path, max_samples: int, *extra: str):
+    return [
         "--advantage_estimator", "copo",
         "--actor.model_name_or_path", model,
         "--reward.remote_url", str(FIXTURES / "parity_reward.py"),
@@ -47,6 +47,10 @@ def train(tmp: Path, model: str, data: Path, max_samples: int, *extra: str):
         "--ckpt.output_dir", str(tmp / "final"), "--copo.metrics_file", str(tmp / "metrics.jsonl"),
         "--logger.logging_steps", "1", *extra,
     ]
+
+
+def train(tmp: Path, model: str, data: Path, max_samples: int, *extra: str):
+    argv = train_argv(tmp, model, data, max_samples, *extra)
     out = subprocess.run([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], capture_output=True,
                          text=True, timeout=900, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     (tmp / "train.log").open("a").write(out.stdout + out.stderr)
@@ -115,3 +119,41 @@ def test_checkpoint_resumes_from_the_saved_step_with_the_same_settings(run):
     resumed = train(tmp, model, data, 6)
     assert resumed.returncode == 0, (tmp / "train.log").read_text()[-4000:]
     assert [r["step"] for r in metrics(tmp)] == [1, 2, 3]  # went on at step 3, did not redo 1-2
+
+
+def test_killed_worker_stops_the_run_in_one_line_and_the_checkpoint_resumes(tmp_path):
+    """Kill the DeepSpeed actor's process mid-run: no hang, a one-line reason, the saved checkpoint resumes."""
+    import os
+    import signal
+    import time
+
+    model = tiny_qwen2(tmp_path / "tiny-model")
+    data = write_prompts(tmp_path / "prompts.jsonl", 6)
+    argv_extra = ("--train.num_episodes", "3")  # room for many steps: the kill comes first
+    cmd = [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray"]
+    proc = subprocess.Popen(cmd + train_argv(tmp_path, model, data, 6, *argv_extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    deadline = time.time() + 600
+    while time.time() < deadline and not (tmp_path / "metrics.jsonl").exists():
+        time.sleep(1)
+    assert (tmp_path / "metrics.jsonl").exists(), "no step completed"
+    victims = subprocess.run(["pgrep", "-f", "ray::PolicyModelActor"], capture_output=True, text=True).stdout.split()
+    assert victims, "found no PolicyModelActor process to kill"
+    for pid in victims:
+        os.kill(int(pid), signal.SIGKILL)
+    try:
+        _, err = proc.communicate(timeout=300)  # no hang
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("the run hung after its DeepSpeed worker was killed")
+    assert proc.returncode != 0
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("python -m openrlhf_copo.cli.train_ppo_ray: error: training stopped:"), last
+    assert f"checkpoints under {tmp_path / 'ckpt'} are as last saved" in last
+    saved = sorted(p.name for p in (tmp_path / "ckpt" / "_actor").glob("global_step*"))
+    assert saved, "no checkpoint survived"
+    steps_before = [r["step"] for r in metrics(tmp_path)]
+    resumed = train(tmp_path, model, data, 6, *argv_extra)
+    assert resumed.returncode == 0, (tmp_path / "train.log").read_text()[-3000:]
+    steps_after = [r["step"] for r in metrics(tmp_path)][len(steps_before):]
+    assert steps_after and steps_after[0] == int(saved[-1].removeprefix("global_step")) + 1
