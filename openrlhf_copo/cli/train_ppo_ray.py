@@ -126,10 +126,21 @@ def _run(argv: List[str], stop_before_training: bool) -> dict:
         if stop_before_training:
             raise
         traceback.print_exc()
+        _stop_ray()  # so that Ray's log forwarding does not print after the last line
         _fail(_failure_line(e, captured.get("args")))
     finally:
         sys.argv = saved_argv
     return captured
+
+
+def _stop_ray() -> None:
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    except Exception:
+        pass  # the message below matters more than a clean shutdown
 
 
 def _failure_line(error: BaseException, args) -> str:
