@@ -137,13 +137,6 @@ def check_resume_settings(args, write: bool = True) -> None:
         os.replace(tmp, path)
 
 
-def check_copo_args(args) -> None:
-    """Raise `CopoConfigError` with the first problem of `copo_problems`."""
-    problems = copo_problems(args)
-    if problems:
-        raise CopoConfigError(problems[0])
-
-
 def estimator_action(parser: argparse.ArgumentParser) -> Optional[argparse.Action]:
     """OpenRLHF's `--algo.advantage.estimator` action of ``parser``, if it has one."""
     return parser._option_string_actions.get("--algo.advantage.estimator")

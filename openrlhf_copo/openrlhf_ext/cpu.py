@@ -1,7 +1,7 @@
 """OpenRLHF's Ray PPO pipeline on a machine without CUDA: every CPU adaptation, in one place.
 
-Nothing here runs where CUDA is available: `cpu_path_active()` is false there, the driver
-never exports `OPENRLHF_COPO_CPU=1`, and `apply()` returns without touching anything.
+Nothing here runs where CUDA is available: the driver never exports `OPENRLHF_COPO_CPU=1` there,
+and `apply()` returns without touching anything.
 
 What a CPU run changes, in the order unmodified OpenRLHF 0.11.2 breaks without it
 (docs: field notes, section 4):
@@ -40,11 +40,6 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def cpu_path_active() -> bool:
-    """In a worker: the driver chose the CPU path. In the driver: there is no CUDA device."""
-    return os.environ.get(CPU_ENV) == "1" or not cuda_available()
 
 
 def cpu_problems(args) -> List[str]:
@@ -210,7 +205,7 @@ def apply_vllm_worker_path() -> None:
 def apply() -> bool:
     """Install the CPU path in this process, if this is a CPU run. Idempotent; returns whether it is active."""
     global _APPLIED
-    if not cpu_path_active() or cuda_available():
+    if cuda_available():
         return False
     if not _APPLIED:
         apply_torch_device_path()

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 __all__ = ["Verdict", "VerifierPool", "get_pool", "canonical_form", "judge"]
 
@@ -240,9 +240,6 @@ class VerifierPool:
             return Verdict(False, None, True, status)
         return Verdict(bool(resp["correct"]), resp.get("canon"), bool(resp["gold_ok"]),
                        "error" if "error" in resp else "ok")
-
-    def verify_many(self, pairs: Sequence[Tuple[Optional[str], str]]) -> List[Verdict]:
-        return [self.verify(p, g) for p, g in pairs]
 
     def close(self) -> None:
         with self._lock:
