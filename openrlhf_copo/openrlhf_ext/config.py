@@ -107,6 +107,17 @@ def copo_problems(args) -> List[str]:
 RESUME_SETTINGS_FILE = "copo_settings.json"
 
 
+def complete_checkpoint(actor_dir: str) -> bool:
+    """DeepSpeed writes `latest` (naming the tag) only after a checkpoint is fully saved."""
+    import os
+
+    latest = os.path.join(actor_dir, "latest")
+    if not os.path.isfile(latest):
+        return False
+    with open(latest) as f:
+        return os.path.isdir(os.path.join(actor_dir, f.read().strip()))
+
+
 def check_resume_settings(args, write: bool = True) -> None:
     """A run resumed from a checkpoint goes on with the COPO settings it was saved with.
 
@@ -120,7 +131,19 @@ def check_resume_settings(args, write: bool = True) -> None:
         return  # no checkpoint is saved or loaded
     path = os.path.join(args.ckpt.path, RESUME_SETTINGS_FILE)
     current = {"estimator": args.algo.advantage.estimator, **(copo_settings(args) if is_copo(args) else {})}
-    resuming = args.ckpt.load_enable and os.path.isdir(os.path.join(args.ckpt.path, "_actor"))
+    actor_dir = os.path.join(args.ckpt.path, "_actor")
+    resuming = args.ckpt.load_enable and os.path.isdir(actor_dir)
+    if resuming and write and not complete_checkpoint(actor_dir):
+        # A run killed while writing its first checkpoint leaves `_actor` without DeepSpeed's `latest`
+        # file; OpenRLHF would try to resume from it and fail. Keep it, out of the way, and start fresh.
+        import sys
+        import time
+
+        aside = f"{actor_dir}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}"
+        os.replace(actor_dir, aside)
+        print(f"openrlhf_copo: {actor_dir} holds no complete checkpoint (no 'latest'): moved to {aside}; "
+              "starting from step 0", file=sys.stderr)
+        resuming = False
     if resuming and os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
