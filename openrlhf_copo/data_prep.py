@@ -31,7 +31,7 @@ Templates: one pair, used identically for training and evaluation prompts, as in
 put your final answer within \\boxed{}."), which the reward's boxed-answer extraction reads;
 ``dapo`` wraps the question in DAPO-Math's own "Answer: $Answer" instruction.
 
-Every label is checked with the reward's own test (`verifier.judge(None, label)[2]`: math-verify
+Every label is checked with the reward's own test (`verifier.label_parses`: math-verify
 turns it into a mathematical object). A row that fails is not written (it could only score 0)
 but listed in ``OUT.rejected.jsonl`` with the reason. Input that does not fit (unknown
 extension, no question / answer column, no rows) raises `DataPrepError` with a one-line reason
@@ -43,12 +43,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from openrlhf_copo.embedded import atomic_path
 from openrlhf_copo.embedded.data import INSTRUCTION
+from openrlhf_copo.rewards.verifier import label_parses
 
 __all__ = ["DAPO_PREFIX", "DAPO_SUFFIX", "TEMPLATES", "SOURCES", "DataPrepError", "Report", "load_records",
            "prepare", "dapo_question"]
@@ -138,14 +138,6 @@ def _row_id(value: Any, index: int) -> Any:
     if isinstance(value, (int, str)) and not isinstance(value, bool) and str(value).strip():
         return value
     return index
-
-
-@lru_cache(maxsize=None)
-def _label_parses(label: str) -> bool:
-    """The reward's own test for a gold answer: math-verify turns it into a mathematical object."""
-    from openrlhf_copo.rewards.verifier import judge
-
-    return judge(None, label)[2]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,7 +263,7 @@ def convert(source: str, name: str, rows: List[dict], template: str = "boxed",
                 duplicates += 1
                 continue
             seen.add((question, label))
-            if not _label_parses(label):
+            if not label_parses(label):
                 raise RowError(f"math-verify cannot parse the label {label!r}")
         except RowError as e:
             rejected.append({"id": row_id, "datasource": source, "label": None if raw_label is None else str(raw_label),

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Sequence, Tuple
 
 from openrlhf_copo.embedded import atomic_path
+from openrlhf_copo.rewards.verifier import label_parses
 
 __all__ = ["INSTRUCTION", "EASY_TASKS", "make_math_prompts", "main"]
 
@@ -40,17 +41,6 @@ EASY_TASKS: Dict[str, dict] = {
     "chain_sum": dict(min_terms=2, max_terms=3, min_digits=1, max_digits=2),
     "fraction_simplification": dict(max_value=20, max_factor=10, styles=("plain",)),
 }
-
-
-def _label_parses(label: str) -> bool:
-    """True if the reward would accept `label` as a gold answer.
-
-    The same test as the reward's (`verifier.judge`): math-verify must turn it into a
-    mathematical object, not fall back to the raw string.
-    """
-    from openrlhf_copo.rewards.verifier import judge
-
-    return judge(None, label)[2]
 
 
 def _questions(tasks: Sequence[str], seed: int, size: int) -> Iterator[Tuple[str, dict]]:
@@ -94,7 +84,7 @@ def make_math_prompts(
         if question in seen:
             continue
         seen.add(question)
-        if not _label_parses(label):
+        if not label_parses(label):
             skipped[task] = skipped.get(task, 0) + 1
             continue
         rows.append({"prompt": [{"role": "user", "content": f"{question}\n\n{INSTRUCTION}"}], "label": label})

@@ -15,6 +15,7 @@ child, math-verify's own signal timeouts are on too, as a first, gentler bound.
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import queue
@@ -26,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-__all__ = ["Verdict", "VerifierPool", "get_pool", "canonical_form", "judge"]
+__all__ = ["Verdict", "VerifierPool", "get_pool", "canonical_form", "judge", "label_parses"]
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("COPO_VERIFY_TIMEOUT", "10"))
 DEFAULT_WORKERS = int(os.environ.get("COPO_VERIFY_WORKERS", "2"))
@@ -127,6 +128,14 @@ def judge(pred: Optional[str], gold: str, inner_timeout: int = 5) -> Tuple[bool,
     if not gold_parsed or not pred_parsed:
         return False, canon, gold_ok
     return bool(verify(gold_parsed, pred_parsed, timeout_seconds=inner_timeout)), canon, gold_ok
+
+
+@functools.lru_cache(maxsize=None)
+def label_parses(label: str) -> bool:
+    """The reward's test for a gold answer, in this process: math-verify turns it into a mathematical
+    object rather than falling back to the raw string. (Main thread only: math-verify's own
+    timeouts use signals; threaded callers use `get_pool().verify(None, label).gold_ok`.)"""
+    return judge(None, label)[2]
 
 
 def _child_main() -> None:
