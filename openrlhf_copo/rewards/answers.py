@@ -17,18 +17,69 @@ process and machine, and exact through `torch.tensor([id])` (int64).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
+import os
 import re
 from typing import Optional
 
-__all__ = ["extract_answer", "stable_id", "response_text", "NO_ANSWER_PREFIX"]
+__all__ = ["extract_answer", "stable_id", "response_text", "model_text", "STOP_TOKENS_ENV", "NO_ANSWER_PREFIX"]
 
 NO_ANSWER_PREFIX = "noanswer:"
 
-# "Answer: 42" on its own line: the DAPO-Math prompt asks for "The last line of your response
-# should be of the form Answer: $Answer". Also accepts "The answer is 42".
-_ANSWER_LINE = re.compile(r"(?:^|\n)[ \t*#>]*(?:final\s+)?answer\s*[:：]\s*([^\n]+)", re.IGNORECASE)
-_ANSWER_IS = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*[:：]?\s*([^\n]+)", re.IGNORECASE)
+# ---------------------------------------------------------------------------------------------
+# 1. The response as the model wrote it.
+#
+# OpenRLHF hands the reward `decode(prompt + response ids, skip_special_tokens=False)`, and vLLM keeps
+# the stop token in the sampled ids: a response arrives as "...Answer: -7<|endoftext|>". `evaluate`
+# sees vLLM's `text`, without special tokens. Both must read the same answer, so the text is cut at
+# the first end-of-turn token and any other special token is dropped.
+
+#: End-of-turn / end-of-text tokens of the chat templates users train with: Qwen2.5 and SmolLM2
+#: (ChatML), Llama 3, Phi-3, GPT-2 style, Mistral / Llama 2, Gemma, DeepSeek, gpt-oss.
+END_OF_TURN_TOKENS = (
+    "<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|return|>",
+    "</s>", "<eos>", "<end_of_turn>", "<\uff5cend\u2581of\u2581sentence\uff5c>", "<|end\u2581of\u2581sentence|>",
+)
+#: The driver puts the actor tokenizer's own EOS tokens here (a JSON list), for templates not above.
+STOP_TOKENS_ENV = "COPO_STOP_TOKENS"
+# Other special tokens of those families (<|im_start|>, <|start_header_id|>, <|channel|>, ...): dropped,
+# not cut at, since some formats (gpt-oss) put them before the final answer. Names of 3+ letters, so
+# that math such as "1<|x|>0" is left alone.
+_OTHER_SPECIAL = re.compile(r"<\|[A-Za-z_][A-Za-z0-9_\u2581]{2,40}\|>|<\uff5c[^\uff5c<>]{1,40}\uff5c>")
+
+
+@functools.lru_cache(maxsize=8)
+def _end_of_turn_pattern(extra: str) -> "re.Pattern[str]":
+    tokens = set(END_OF_TURN_TOKENS)
+    if extra:
+        try:
+            tokens.update(t for t in json.loads(extra) if isinstance(t, str) and t.strip())
+        except ValueError:
+            pass  # a malformed variable must not cost a reward; the built-in list still applies
+    return re.compile("|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True)))
+
+
+def model_text(response: str) -> str:
+    """``response`` up to its first end-of-turn token, other special tokens removed.
+
+    The same for `decode(ids, skip_special_tokens=False)` (OpenRLHF's reward input) and vLLM's
+    `text` of the same ids (what `evaluate` scores)."""
+    m = _end_of_turn_pattern(os.environ.get(STOP_TOKENS_ENV, "")).search(response)
+    if m:
+        response = response[: m.start()]
+    return _OTHER_SPECIAL.sub("", response)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Its final answer.
+
+# "Answer: 42" anywhere (the DAPO-Math prompt asks for "Answer: $Answer" on the last line, and
+# DAPO's reference reward takes the last "Answer:" of the response's tail), in markdown too:
+# "**Answer:** 12", "**Final Answer**: 12", "Compute: 6*7. Answer: 42".
+_ANSWER_COLON = re.compile(r"answer\s*(?:\*\*|__)?\s*[:\uff1a]\s*([^\n]*)", re.IGNORECASE)
+_ANSWER_IS = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*[:\uff1a]?\s*([^\n]+)", re.IGNORECASE)
 # Longest answer we consider: a longer "answer" is not a final answer, and math-verify's
 # parsing time grows with length.
 MAX_ANSWER_CHARS = 512
@@ -66,27 +117,41 @@ def _last_boxed(text: str) -> Optional[str]:
     return None
 
 
+_EMPHASIS = re.compile(r"^(?:\*\*|__|\*|_)+|(?:\*\*|__|\*|_)+$")
+_MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+
+
 def _clean(ans: str) -> str:
-    ans = ans.strip()
-    # "$42$." / "42." -> "42"
-    ans = ans.strip().rstrip(".").strip()
-    if len(ans) >= 2 and ans.startswith("$") and ans.endswith("$"):
-        ans = ans.strip("$").strip()
+    """Strip what surrounds an answer but is not part of it: markdown emphasis (`**42**`), math
+    delimiters (`$42$`, `\\(42\\)`), a final period, and repeats of these (`**$42$**.`)."""
+    before = None
+    while ans != before:
+        before = ans
+        ans = ans.strip().rstrip(".\u3002").strip()
+        ans = _EMPHASIS.sub("", ans).strip()
+        for left, right in _MATH_DELIMITERS:
+            if len(ans) >= len(left) + len(right) and ans.startswith(left) and ans.endswith(right):
+                ans = ans[len(left) : len(ans) - len(right)]
     return ans
 
 
 def extract_answer(response: str) -> Optional[str]:
-    """The final answer of a response, or None when it has none.
+    """The final answer of a response, or None when it has none. THE rule, for training, in-training
+    evaluation and `evaluate` alike.
 
-    Order: the last `\\boxed{}` (or `\\fbox{}`), else the last "Answer: ..." line (the
-    DAPO-Math prompt's form), else the last "the answer is ...". Empty or over-long
-    (> MAX_ANSWER_CHARS) candidates count as no answer.
+    1. Read the response as the model wrote it (`model_text`: cut at the first end-of-turn token).
+    2. Take the last `\\boxed{}` (or `\\fbox{}`), else the rest of the line after the last "Answer:"
+       anywhere (also "Final Answer:", "**Answer:**"; a box inside it wins), else the last
+       "the answer is ...".
+    3. Strip markdown emphasis, `$`/`\\(`/`\\[` delimiters and a final period. Empty or over-long
+       (> MAX_ANSWER_CHARS) candidates count as no answer.
     """
     if not response:
         return None
+    response = model_text(response)
     candidate = _last_boxed(response)
     if candidate is None:
-        lines = _ANSWER_LINE.findall(response)
+        lines = _ANSWER_COLON.findall(response)
         if lines:
             candidate = lines[-1]
             inner = _last_boxed(candidate)

@@ -11,7 +11,9 @@ needs, one number per response:
 - `copo_has_answer`, `copo_verify_failed`, `copo_label_error`: diagnostics, logged as metrics.
 
 It never raises and never hangs: math-verify runs in worker processes behind a hard deadline
-(`COPO_VERIFY_TIMEOUT`, default 10 s); a timed-out or crashed check scores 0.
+(`COPO_VERIFY_TIMEOUT`, default 10 s); a timed-out or crashed check scores 0 and is flagged
+`copo_verify_failed`, and so is every check where no worker can start (math-verify missing on the
+node); the advantage step stops the run when most of a rollout step's checks failed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Dict, List, Sequence
 
 import torch
 
-from openrlhf_copo.rewards.answers import NO_ANSWER_PREFIX, extract_answer, response_text, stable_id
+from openrlhf_copo.rewards.answers import NO_ANSWER_PREFIX, extract_answer, model_text, response_text, stable_id
 from openrlhf_copo.rewards.verifier import get_pool
 
 logger = logging.getLogger("openrlhf_copo.rewards")
@@ -33,29 +35,28 @@ FORMAT_REWARD = (0.0, 0.1, 1.0)
 def score_responses(
     queries: Sequence[str], prompts: Sequence[str], labels: Sequence[str], format_reward: bool = False
 ) -> Dict[str, object]:
-    """Rewards and COPO extra logs for a batch of (query, prompt, label)."""
+    """Rewards and COPO extra logs for a batch of (query, prompt, label).
+
+    ``queries`` are what OpenRLHF passes (prompt + response, decoded with special tokens) or plain
+    response texts with empty ``prompts`` (what `evaluate` passes): both read the same answer."""
     pool = get_pool()
     rewards: List[float] = []
     logs: Dict[str, List] = {k: [] for k in
                              ("copo_answer_id", "copo_correct", "copo_has_answer", "copo_verify_failed", "copo_label_error")}
     for query, prompt, label in zip(queries, prompts, labels):
-        response = response_text(query or "", prompt or "")
+        response = model_text(response_text(query or "", prompt or ""))
         answer = extract_answer(response)
         label = "" if label is None else str(label)
-        try:
-            verdict = pool.verify(answer, label) if answer is not None else None
-        except Exception as e:  # the pool could not even start a worker
-            logger.error("math-verify unavailable (%s); scoring 0", e)
-            verdict = None
+        verdict = pool.verify(answer, label) if answer is not None else None
         correct = bool(verdict and verdict.correct)
         failed = verdict is not None and verdict.status != "ok"
-        if answer is None:
-            key = NO_ANSWER_PREFIX + response
+        if answer is None:  # its own answer; white space aside, as decoders differ there
+            key = NO_ANSWER_PREFIX + "".join(response.split())
         elif verdict is not None and verdict.canon is not None:
             key = verdict.canon
         else:  # extracted but unparseable (or timed out): cluster by its text
             key = "raw:" + "".join(answer.split())
-        if failed:
+        if failed and verdict.status != "unavailable":  # that one is logged once by the pool
             logger.warning("math-verify %s on answer %.80r (label %.40r): reward 0", verdict.status, answer, label)
         label_error = verdict is not None and not verdict.gold_ok
         if label_error:

@@ -15,23 +15,34 @@ child, math-verify's own signal timeouts are on too, as a first, gentler bound.
 from __future__ import annotations
 
 import atexit
+import collections
 import functools
 import json
+import logging
 import os
 import queue
+import re
 import select
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import List, Optional, Tuple
 
-__all__ = ["Verdict", "VerifierPool", "get_pool", "canonical_form", "judge", "label_parses"]
+__all__ = ["Verdict", "VerifierPool", "VerifierUnavailable", "get_pool", "reset_pool", "canonical_form", "judge",
+           "label_parses"]
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("COPO_VERIFY_TIMEOUT", "10"))
 DEFAULT_WORKERS = int(os.environ.get("COPO_VERIFY_WORKERS", "2"))
 STARTUP_TIMEOUT_S = 120.0
+#: Verdicts kept per process (a few MB): a rollout step of 512 prompts x 6 fits many times over.
+CACHE_SIZE = 100_000
+
+logger = logging.getLogger("openrlhf_copo.rewards")
 
 
 @dataclass(frozen=True)
@@ -39,8 +50,8 @@ class Verdict:
     """What math-verify said about one (answer, label) pair.
 
     ``canon`` is the canonical form of the predicted answer (None if it did not parse);
-    ``status`` is ``ok``, ``timeout`` (the deadline killed the worker) or ``error`` (the worker
-    died or answered garbage).
+    ``status`` is ``ok``, ``timeout`` (the deadline killed the worker), ``error`` (the worker
+    died or answered garbage) or ``unavailable`` (no worker can start here: math-verify missing).
     """
 
     correct: bool
@@ -52,27 +63,95 @@ class Verdict:
 # ---------------------------------------------------------------------------------------------
 # Child side: runs math-verify. Imported lazily: the parent never imports sympy for this.
 
+#: Exact arithmetic gives up past this many bits (10^{20}+1 is exact; 9^{9^9} is not attempted).
+MAX_EXACT_BITS = 4096
+#: Significant digits of the value that identifies an irrational or complex number.
+APPROX_DIGITS = 30
+
+
+def _exact_value(expr):
+    """The exact rational value of a numeric sympy expression built from integers, decimals, +, *
+    and rational powers, or None (irrational, too large, or not such an expression).
+
+    Bounded: every intermediate stays under MAX_EXACT_BITS, so a power tower is refused, not
+    computed. Decimals count as written (`0.1` is 1/10; math-verify keeps the digits)."""
+    import sympy
+
+    if expr.is_Rational:
+        return expr if abs(expr.p).bit_length() + expr.q.bit_length() <= MAX_EXACT_BITS else None
+    if expr.is_Float:
+        return sympy.Rational(str(expr))
+    if isinstance(expr, sympy.UnevaluatedExpr):  # math-verify wraps the 1/100 of "42\\%" in one
+        return _exact_value(expr.args[0])
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        total = sympy.Integer(0) if expr.is_Add else sympy.Integer(1)
+        for arg in expr.args:
+            v = _exact_value(arg)
+            if v is None:
+                return None
+            total = total + v if expr.is_Add else total * v
+            if abs(total.p).bit_length() + total.q.bit_length() > MAX_EXACT_BITS:
+                return None
+        return total
+    if isinstance(expr, sympy.Pow):
+        base, exp = _exact_value(expr.base), _exact_value(expr.exp)
+        if base is None or exp is None or (base == 0 and exp < 0):
+            return None
+        size = (abs(base.p).bit_length() + base.q.bit_length()) * abs(exp.p)
+        if size > MAX_EXACT_BITS * max(1, exp.q):
+            return None
+        if exp.q == 1:
+            return base ** exp.p
+        if base < 0:
+            return None
+        p_root, p_exact = sympy.integer_nthroot(int(base.p), int(exp.q))
+        q_root, q_exact = sympy.integer_nthroot(int(base.q), int(exp.q))
+        return sympy.Rational(p_root, q_root) ** exp.p if p_exact and q_exact else None
+    return None
+
+
+def _number_key(expr) -> Optional[str]:
+    """`num:p/q` for a number with an exact rational value, `num~<30 digits>` for another real or complex
+    number (sqrt, pi), None if ``expr`` is not a number."""
+    import sympy
+
+    if not getattr(expr, "is_number", False):
+        return None
+    exact = _exact_value(expr)
+    if exact is not None:
+        return number_canon(Fraction(int(exact.p), int(exact.q)))
+    expr = expr.xreplace({u: u.args[0] for u in expr.atoms(sympy.UnevaluatedExpr)})
+    re_part, im_part = sympy.N(expr, APPROX_DIGITS + 10).as_real_imag()
+    if not (re_part.is_Number and im_part.is_Number):
+        return None
+    scale = max(abs(re_part), abs(im_part), 1)
+    parts = [sympy.Float(v, APPROX_DIGITS) if abs(v) > scale * sympy.Float(10) ** -APPROX_DIGITS else 0
+             for v in (re_part, im_part)]
+    text = f"num~{parts[0]}" if parts[1] == 0 else f"num~{parts[0]}{'+' if parts[1] > 0 else ''}{parts[1]}j"
+    return text
+
 
 def canonical_form(expr) -> str:
     """A string that is equal for mathematically equal answers (the basis of the answer id).
 
-    Real or complex numbers become their value to 10 significant digits (`1/2`, `0.5`,
-    `\\frac{1}{2}` -> `num:0.5`; `\\sqrt{8}`, `2\\sqrt{2}` -> `num:2.828427125`); other sympy
-    objects (sets, intervals, equations, symbolic expressions) their `srepr` after `simplify`;
-    anything else its stripped text.
+    - Numbers with a rational value, exactly: `1/2`, `0.5`, `\\frac{1}{2}`, `50\\%` -> `num:1/2`; `3.0`
+      -> `num:3`; `10^{20}+1` -> `num:100000000000000000001` (so near-equal numbers never merge);
+    - other real or complex numbers by their value to 30 significant digits: `\\sqrt{8}` and
+      `2\\sqrt{2}` -> `num~2.82842712474619009760337744842`;
+    - an equation whose left side is one symbol, `x = 3`, as its right side (`num:3`);
+    - sets, intervals, symbolic expressions: their `srepr` after `simplify`;
+    - anything else: its text without white space.
     """
     import sympy
 
     if isinstance(expr, str):
         return "str:" + "".join(expr.split())
     try:
-        if getattr(expr, "is_number", False):
-            value = complex(sympy.N(expr, 30))
-            re_part, im_part = (f"{v:.10g}" for v in (value.real, value.imag))
-            re_part = "0" if re_part == "-0" else re_part
-            if im_part in ("0", "-0"):
-                return "num:" + re_part
-            return f"num:{re_part}{'+' if not im_part.startswith('-') else ''}{im_part}j"
+        if isinstance(expr, sympy.Eq) and isinstance(expr.lhs, sympy.Symbol):
+            return canonical_form(expr.rhs)
+        number = _number_key(expr)
+        if number is not None:
+            return number
         return "expr:" + sympy.srepr(sympy.simplify(expr))
     except Exception:
         return "str:" + "".join(str(expr).split())
@@ -104,17 +183,23 @@ def _bounded_canonical_form(expr, seconds: int) -> str:
         signal.signal(signal.SIGALRM, old)
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse(text: str, inner_timeout: int):
+    """math-verify's reading of an extracted answer or a label (cached: a label is parsed once per
+    process, and consistent groups repeat their answers)."""
     from math_verify import parse
 
-    # Try it as the content of a box first (forces LaTeX reading of "\frac12", "1/2", ...),
+    # Try it as the content of a box first (forces LaTeX reading of "\\frac12", "1/2", ...),
     # then as free text ("72", "$x=3$").
     parsed = parse("\\boxed{" + text + "}", parsing_timeout=inner_timeout)
     return parsed if parsed else parse(text, parsing_timeout=inner_timeout)
 
 
 def judge(pred: Optional[str], gold: str, inner_timeout: int = 5) -> Tuple[bool, Optional[str], bool]:
-    """(correct, canonical form of pred, gold parsed) for one extracted answer and its label."""
+    """(correct, canonical form of pred, gold parsed) for one extracted answer and its label.
+
+    Correctness is math-verify's `verify`, except that two numbers with the same exact value are
+    equal without asking it (the common case of a correct answer; `verify` agrees)."""
     from math_verify import verify
 
     gold_parsed = _parse(gold, inner_timeout) if gold else []
@@ -127,7 +212,15 @@ def judge(pred: Optional[str], gold: str, inner_timeout: int = 5) -> Tuple[bool,
     canon = _bounded_canonical_form(pred_parsed[0], inner_timeout) if pred_parsed else None
     if not gold_parsed or not pred_parsed:
         return False, canon, gold_ok
+    if canon is not None and canon.startswith("num:") and canon == _gold_canon(gold, inner_timeout):
+        return True, canon, gold_ok
     return bool(verify(gold_parsed, pred_parsed, timeout_seconds=inner_timeout)), canon, gold_ok
+
+
+@functools.lru_cache(maxsize=4096)
+def _gold_canon(gold: str, inner_timeout: int) -> Optional[str]:
+    parsed = _parse(gold, inner_timeout)
+    return _bounded_canonical_form(parsed[0], inner_timeout) if parsed else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -162,22 +255,101 @@ def _child_main() -> None:
 # Parent side.
 
 
+# ---------------------------------------------------------------------------------------------
+# Parent side, first: plain numbers need no math-verify at all.
+
+_INTEGER = r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)"
+_NUMBER_LITERAL = re.compile(
+    rf"^(?:(?P<dec>{_INTEGER}(?:\.\d+)?|[+-]?\.\d+)"
+    rf"|(?P<num>{_INTEGER})\s*/\s*(?P<den>\d+)"
+    rf"|(?P<sign>[+-]?)\\[dt]?frac\s*\{{\s*(?P<fnum>{_INTEGER})\s*\}}\s*\{{\s*(?P<fden>\d+)\s*\}})$"
+)
+
+
+def literal_value(text: str) -> Optional[Fraction]:
+    """The exact value of a plain number as written: `42`, `-7`, `1,000`, `0.25`, `3/4`, `\\frac{3}{4}`,
+    `-\\dfrac{1}{2}`; None for anything else. Pure Python, microseconds."""
+    m = _NUMBER_LITERAL.match(text.strip())
+    if m is None:
+        return None
+    if m["dec"] is not None:
+        return Fraction(m["dec"].replace(",", ""))
+    num, den = (m["num"], m["den"]) if m["num"] is not None else (m["fnum"], m["fden"])
+    if int(den) == 0:
+        return None
+    value = Fraction(int(num.replace(",", "")), int(den))
+    return -value if m["sign"] == "-" else value
+
+
+def number_canon(value) -> str:
+    """The canonical form of an exact rational (shared by both sides, so their ids agree)."""
+    return f"num:{value.numerator}" if value.denominator == 1 else f"num:{value.numerator}/{value.denominator}"
+
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z]\s*=\s*(.+)$")
+
+
+def fast_verdict(pred: Optional[str], gold: str) -> Optional[Verdict]:
+    """math-verify's verdict, without math-verify, where the values decide it: answer and label are plain
+    numbers (`literal_value`), or one is `x = <number>` and the other a plain number. None otherwise.
+
+    Mirrors math-verify's number rule (`grader.sympy_numeric_eq`): integers and fractions compare
+    exactly; if either side is a decimal, values rounded to 6 places compare, so a difference of at
+    least 1e-6 is always unequal and a smaller one is left to math-verify (`0.333333` = `1/3` stays
+    its call). Both sides assignments (`x = 1` vs `y = 1`) are left to it as well."""
+    if pred is None:
+        return None
+    p, g = literal_value(pred), literal_value(gold)
+    p_text, g_text = pred, gold
+    if p is None and g is not None and (m := _ASSIGNMENT.match(pred.strip())):
+        p_text = m.group(1)
+        p = literal_value(p_text)
+    elif g is None and p is not None and (m := _ASSIGNMENT.match(gold.strip())):
+        g_text = m.group(1)
+        g = literal_value(g_text)
+    if p is None or g is None:
+        return None
+    canon = number_canon(p)
+    if p == g:
+        return Verdict(True, canon, True)
+    if "." not in p_text and "." not in g_text or abs(p - g) >= Fraction(1, 10**6):
+        return Verdict(False, canon, True)
+    return None
+
+
+class VerifierUnavailable(RuntimeError):
+    """No math-verify worker can start in this process's environment; the message says why and where."""
+
+
 class _Worker:
     def __init__(self) -> None:
+        # The child's stderr goes to a file, not a pipe nobody reads: if it dies at start (math-verify
+        # missing), its last line is the reason we report.
+        self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "openrlhf_copo.rewards.verifier"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=self.stderr,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             start_new_session=True,
         )
         if self._read(STARTUP_TIMEOUT_S) is None:
+            reason = self._last_stderr_line() or f"no answer within {STARTUP_TIMEOUT_S:.0f}s"
             self.kill()
-            raise RuntimeError(
-                f"math-verify worker ({sys.executable} -m openrlhf_copo.rewards.verifier) did not start within "
-                f"{STARTUP_TIMEOUT_S:.0f}s: is math-verify[antlr4_13_2] installed in this environment?"
+            raise VerifierUnavailable(
+                f"the math-verify worker ({sys.executable} -m openrlhf_copo.rewards.verifier) cannot start on node "
+                f"{socket.gethostname()}: {reason} (install math-verify[antlr4_13_2] in this environment)"
             )
+
+    def _last_stderr_line(self) -> str:
+        try:
+            self.proc.wait(timeout=5)
+            self.stderr.seek(0)
+            lines = [ln.strip() for ln in self.stderr.read().decode(errors="replace").splitlines() if ln.strip()]
+            return lines[-1][:300] if lines else ""
+        except Exception:
+            return ""
 
     def _read(self, timeout: float) -> Optional[dict]:
         ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, timeout))
@@ -205,6 +377,7 @@ class _Worker:
             self.proc.wait(timeout=5)
         except Exception:
             pass
+        self.stderr.close()
 
 
 class VerifierPool:
@@ -212,22 +385,42 @@ class VerifierPool:
 
     Thread-safe: concurrent callers each borrow a free worker. A worker that misses the
     deadline or dies is killed and replaced; its caller gets a ``timeout`` / ``error`` verdict.
+    Verdicts are cached per (answer, label): COPO's consistent groups repeat their answers, and
+    each repeat then costs a dictionary look-up instead of a round trip.
+
+    If a worker cannot start at all, the pool remembers why (``unavailable``) and answers every
+    later call at once with an ``unavailable`` verdict rather than retrying a start per response.
     """
 
-    def __init__(self, workers: int = DEFAULT_WORKERS, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, workers: int = DEFAULT_WORKERS, timeout: float = DEFAULT_TIMEOUT_S,
+                 cache_size: int = CACHE_SIZE) -> None:
         self.timeout = timeout
+        self.workers = max(1, workers)
         self._free: "queue.Queue[Optional[_Worker]]" = queue.Queue()
         self._all: List[_Worker] = []
         self._lock = threading.Lock()
+        self._cache: "collections.OrderedDict[Tuple[Optional[str], str], Verdict]" = collections.OrderedDict()
+        self._cache_size = cache_size
         self.restarts = 0
-        for _ in range(max(1, workers)):
+        self.unavailable: Optional[str] = None
+        for _ in range(self.workers):
             self._free.put(None)  # started on first use
 
     def _request(self, req: dict) -> Tuple[Optional[dict], str]:
+        if self.unavailable:
+            return None, "unavailable"
         worker = self._free.get()
         try:
             if worker is None:
-                worker = _Worker()
+                try:
+                    worker = _Worker()
+                except VerifierUnavailable as e:
+                    with self._lock:
+                        first = self.unavailable is None
+                        self.unavailable = str(e)
+                    if first:
+                        logger.error("openrlhf_copo: %s; every verdict of this process is flagged copo_verify_failed", e)
+                    return None, "unavailable"
                 with self._lock:
                     self._all.append(worker)
             resp = worker.ask(req, self.timeout)
@@ -244,11 +437,39 @@ class VerifierPool:
             self._free.put(worker)
 
     def verify(self, pred: Optional[str], gold: str) -> Verdict:
+        fast = fast_verdict(pred, gold)
+        if fast is not None:
+            return fast
+        key = (pred, gold)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
         resp, status = self._request({"pred": pred, "gold": gold})
         if resp is None:
             return Verdict(False, None, True, status)
-        return Verdict(bool(resp["correct"]), resp.get("canon"), bool(resp["gold_ok"]),
-                       "error" if "error" in resp else "ok")
+        verdict = Verdict(bool(resp["correct"]), resp.get("canon"), bool(resp["gold_ok"]),
+                          "error" if "error" in resp else "ok")
+        if verdict.status == "ok":  # a failure may not repeat: ask again next time
+            with self._lock:
+                self._cache[key] = verdict
+                if len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return verdict
+
+    def warm_up(self) -> None:
+        """Start every worker now (instead of at the first calls); raises VerifierUnavailable if one cannot."""
+        taken = [self._free.get() for _ in range(self.workers)]
+        try:
+            for i, worker in enumerate(taken):
+                if worker is None:
+                    taken[i] = _Worker()
+                    with self._lock:
+                        self._all.append(taken[i])
+        finally:
+            for worker in taken:
+                self._free.put(worker)
 
     def close(self) -> None:
         with self._lock:
@@ -270,6 +491,15 @@ def get_pool() -> VerifierPool:
             _POOL, _POOL_PID = VerifierPool(), os.getpid()
             atexit.register(_POOL.close)
         return _POOL
+
+
+def reset_pool() -> None:
+    """Close the process-wide pool; the next `get_pool()` starts a fresh one (empty cache)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is not None:
+            _POOL.close()
+        _POOL = None
 
 
 if __name__ == "__main__":
