@@ -15,6 +15,16 @@ REPO = Path(__file__).resolve().parents[1]
 REWARD_FILE = REPO / "openrlhf_copo" / "rewards" / "math_reward.py"
 
 
+def load_by_path(path):
+    """A reward file's `reward_func`, loaded exactly as OpenRLHF's SingleTurnAgentExecutor loads --reward.remote_url."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reward_func", str(path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.reward_func
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import runpy
 import sys
 import traceback
@@ -87,6 +88,7 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
             kwargs["runtime_env"] = patches.with_worker_hook(kwargs.get("runtime_env"))
         except RuntimeError as e:
             _fail(str(e))
+        _add_stop_tokens(kwargs["runtime_env"], captured.get("args"))
         if captured.get("cpu"):
             kwargs = cpu.ray_init_kwargs(captured["args"], kwargs)
         return original_init(*args, **kwargs)
@@ -107,6 +109,22 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
         orl_config.hierarchize = original_hierarchize
         ray.init = original_init
         ray.is_initialized = original_is_initialized
+
+
+def _add_stop_tokens(runtime_env: dict, args) -> None:
+    """The reward reads responses up to the first end-of-turn token; beyond the common chat templates'
+    it knows, it learns the actor tokenizer's own from this variable, set for every worker."""
+    from openrlhf_copo.rewards.answers import STOP_TOKENS_ENV, tokenizer_stop_tokens
+
+    model = getattr(getattr(args, "actor", None), "model_name_or_path", None)
+    env_vars = runtime_env.setdefault("env_vars", {})
+    if not model or STOP_TOKENS_ENV in env_vars:
+        return
+    try:
+        env_vars[STOP_TOKENS_ENV] = json.dumps(tokenizer_stop_tokens(model))
+    except Exception as e:  # the built-in list still applies; say so rather than stop here
+        print(f"openrlhf_copo: could not read the stop tokens of {model}'s tokenizer ({type(e).__name__}); the "
+              "reward cuts responses at the common chat templates' end-of-turn tokens only", file=sys.stderr)
 
 
 def _run(argv: List[str], stop_before_training: bool) -> dict:
@@ -144,6 +162,11 @@ def _stop_ray() -> None:
 
 
 def _failure_line(error: BaseException, args) -> str:
+    # An error raised inside a Ray actor (the PPO controller's advantage step, say) comes back as a
+    # RayTaskError whose first line is Ray's "ray::PPOTrainer.fit() (pid=...)": name the original.
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, BaseException):
+        error = cause
     first = (str(error).strip().splitlines() or [""])[0][:300]
     line = f"training stopped: {type(error).__name__}: {first}"
     if args is not None and (args.ckpt.save_steps or -1) > 0:

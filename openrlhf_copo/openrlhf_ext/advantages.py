@@ -24,7 +24,28 @@ from openrlhf_copo.openrlhf_ext.config import CopoConfigError, copo_settings
 
 ANSWER_ID_KEY = "copo_answer_id"
 CORRECT_KEY = "copo_correct"
+VERIFY_FAILED_KEY = "copo_verify_failed"
 GLOBAL_ADV_KEY = "copo_global_adv"
+
+
+class RewardCheckError(RuntimeError):
+    """Most of a rollout step's answers could not be checked: training on their zero rewards would teach
+    nothing (every prompt all-incorrect, a global advantage of exactly 0) without a word."""
+
+
+def check_verify_failures(experiences, max_share: float) -> None:
+    """Stop (one line) when more than ``max_share`` of the rollout step's verdicts failed."""
+    if not all(VERIFY_FAILED_KEY in exp.info for exp in experiences):
+        return  # a reward function without the flag: nothing to check
+    failed = _info_column(experiences, VERIFY_FAILED_KEY).float()
+    n_failed, total = int((failed > 0.5).sum()), int(failed.numel())
+    if total and n_failed > max_share * total:
+        raise RewardCheckError(
+            f"math-verify failed on {n_failed} of {total} responses of this rollout step (timed out, crashed, or "
+            "cannot start on the node of the vLLM engines: its log has an 'openrlhf_copo: the math-verify worker "
+            f"... cannot start on node ...' line); stopping instead of training on zero rewards "
+            f"(--copo.max_verify_failed {max_share})"
+        )
 
 
 def _info_column(experiences, key: str) -> torch.Tensor:
@@ -52,6 +73,7 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
     if args.algo.kl.init_coef > 0 and not args.algo.kl.use_loss:
         raise CopoConfigError("COPO with a KL penalty in the reward: add --algo.kl.use_loss or --algo.kl.init_coef 0")
     n = args.rollout.n_samples_per_prompt
+    check_verify_failures(experiences, float(args.copo.max_verify_failed))
 
     for exp in experiences:
         exp.rewards = exp.rewards.to(torch.promote_types(exp.rewards.dtype, torch.float32))

@@ -43,6 +43,10 @@ def add_copo_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--copo.eps", type=float, default=1e-6, help="added to the std in both advantages")
     g.add_argument("--copo.entropy_base", type=float, default=2.0,
                    help="log base of the consistency entropy (2 reproduces the paper's appendix)")
+    g.add_argument("--copo.max_verify_failed", type=float, default=0.5,
+                   help="stop the run when more than this share of a rollout step's answer checks failed "
+                        "(math-verify timed out, crashed, or cannot start on the reward node), instead of "
+                        "training on their zero rewards")
     g.add_argument("--copo.metrics_file", type=str, default=None,
                    help="also append every step's logged metrics to this JSON-lines file (any estimator)")
 
@@ -99,6 +103,8 @@ def copo_problems(args) -> List[str]:
     c = args.copo
     if c.eps < 0:
         problems.append(f"--copo.eps {c.eps} must be >= 0")
+    if not 0 <= c.max_verify_failed <= 1:
+        problems.append(f"--copo.max_verify_failed {c.max_verify_failed} must be a share in [0, 1]")
     if c.entropy_base <= 0 or c.entropy_base == 1:
         problems.append(f"--copo.entropy_base {c.entropy_base} must be positive and != 1")
     return problems

@@ -61,6 +61,22 @@ def _end_of_turn_pattern(extra: str) -> "re.Pattern[str]":
     return re.compile("|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True)))
 
 
+def tokenizer_stop_tokens(model_path: str) -> list:
+    """The end-of-turn strings of a model: its tokenizer's EOS token and every `eos_token_id` of its
+    generation config (Llama 3 Instruct stops on three), as decoded text. For `STOP_TOKENS_ENV`."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=True)
+    ids = set()
+    try:
+        eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+        ids.update(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
+    except (OSError, ValueError):
+        pass  # no generation_config.json
+    tokens = {tokenizer.eos_token} | {tokenizer.convert_ids_to_tokens(int(i)) for i in ids}
+    return sorted(t for t in tokens if isinstance(t, str) and t)
+
+
 def model_text(response: str) -> str:
     """``response`` up to its first end-of-turn token, other special tokens removed.
 
@@ -78,7 +94,7 @@ def model_text(response: str) -> str:
 # "Answer: 42" anywhere (the DAPO-Math prompt asks for "Answer: $Answer" on the last line, and
 # DAPO's reference reward takes the last "Answer:" of the response's tail), in markdown too:
 # "**Answer:** 12", "**Final Answer**: 12", "Compute: 6*7. Answer: 42".
-_ANSWER_COLON = re.compile(r"answer\s*(?:\*\*|__)?\s*[:\uff1a]\s*([^\n]*)", re.IGNORECASE)
+_ANSWER_COLON = re.compile(r"answer\s*(?:\*\*|__)?\s*[:\uff1a]", re.IGNORECASE)
 _ANSWER_IS = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*[:\uff1a]?\s*([^\n]+)", re.IGNORECASE)
 # Longest answer we consider: a longer "answer" is not a final answer, and math-verify's
 # parsing time grows with length.
@@ -151,9 +167,11 @@ def extract_answer(response: str) -> Optional[str]:
     response = model_text(response)
     candidate = _last_boxed(response)
     if candidate is None:
-        lines = _ANSWER_COLON.findall(response)
-        if lines:
-            candidate = lines[-1]
+        last = None
+        for last in _ANSWER_COLON.finditer(response):
+            pass
+        if last is not None:  # the rest of its line (or the next line, after "Answer:\n")
+            candidate = response[last.end() :].lstrip().split("\n", 1)[0]
             inner = _last_boxed(candidate)
             candidate = inner if inner is not None else candidate
     if candidate is None:

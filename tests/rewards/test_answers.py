@@ -6,7 +6,10 @@ import sys
 import pytest
 import torch
 
-from openrlhf_copo.rewards.answers import extract_answer, response_text, stable_id
+import json
+
+from openrlhf_copo.rewards.answers import (STOP_TOKENS_ENV, extract_answer, model_text, response_text, stable_id,
+                                           tokenizer_stop_tokens)
 
 
 @pytest.mark.parametrize(
@@ -29,6 +32,68 @@ from openrlhf_copo.rewards.answers import extract_answer, response_text, stable_
 )
 def test_extract_answer(response, expected):
     assert extract_answer(response) == expected
+
+
+# What OpenRLHF really hands the reward: decode(..., skip_special_tokens=False) keeps the stop token that
+# vLLM sampled. Each template's end-of-turn token, with other numbers and answer forms.
+@pytest.mark.parametrize(
+    "response, expected",
+    [
+        ("Step 1: 3 - 10 = -7.\nAnswer: -7<|endoftext|>", "-7"),  # Qwen2.5 / SmolLM2 end of text
+        ("Adding them, the answer is 12.<|eot_id|>", "12"),  # Llama 3
+        ("So \\boxed{\\frac{3}{4}}<|im_end|>", "\\frac{3}{4}"),  # ChatML (Qwen2.5, SmolLM2)
+        ("Answer: 1,000</s>", "1,000"),  # Mistral / Llama 2
+        ("Answer: 0.25<end_of_turn>", "0.25"),  # Gemma
+        ("Answer: 19<\uff5cend\u2581of\u2581sentence\uff5c>", "19"),  # DeepSeek
+        ("Answer: 8<|end|>", "8"),  # Phi-3
+        ("Answer: 5<|eom_id|>", "5"),
+        # what comes after the end of the turn is not the model's answer
+        ("\\boxed{3}<|im_end|>\n<|im_start|>user\nNow \\boxed{9}", "3"),
+        ("Answer: 4<|eot_id|><|start_header_id|>assistant<|end_header_id|>Answer: 6", "4"),
+        # other special tokens are dropped, not cut at: gpt-oss puts its final channel after them
+        ("<|channel|>analysis<|message|>think<|end|>", None),
+        ("<|channel|>final<|message|>Answer: 5<|return|>", "5"),
+        # markdown emphasis around the answer or the word
+        ("Answer: **42**", "42"),
+        ("**Answer:** 12", "12"),
+        ("**Final Answer**: $\\frac{1}{2}$.", "\\frac{1}{2}"),
+        ("Answer: *-3*<|im_end|>", "-3"),
+        ("__Answer:__ $$17$$", "17"),
+        # "Answer:" anywhere, not only at the start of a line; the last one wins
+        ("Compute: 6*7. Answer: 42", "42"),
+        ("First try. Answer: 10. Check: wrong. Final answer: 11", "11"),
+        ("Answer: 6*7", "6*7"),  # emphasis is stripped at the ends only
+        ("I answered: 5", None),  # "answered" is not "answer:"
+        ("Answer: \\(x = 3\\)", "x = 3"),
+    ],
+)
+def test_extract_answer_from_decoded_openrlhf_text(response, expected):
+    assert extract_answer(response) == expected
+
+
+def test_model_text_is_the_same_with_and_without_special_tokens():
+    """OpenRLHF's reward input (special tokens kept) and vLLM's text (skipped) read the same."""
+    body = "We get 7.\nAnswer: 7"
+    assert model_text(body + "<|im_end|>") == model_text(body) == body
+    assert model_text("<|channel|>final<|message|>" + body + "<|return|>") == "final" + body
+
+
+def test_a_tokenizers_own_stop_token_from_the_environment(monkeypatch):
+    """Beyond the built-in templates, the driver passes the actor tokenizer's EOS tokens (COPO_STOP_TOKENS)."""
+    text = "Answer: 5<|my_stop|>Answer: 6"
+    monkeypatch.delenv(STOP_TOKENS_ENV, raising=False)
+    assert extract_answer(text) == "6"  # an unknown special token is only dropped
+    monkeypatch.setenv(STOP_TOKENS_ENV, json.dumps(["<|my_stop|>", "[END]"]))
+    assert extract_answer(text) == "5"
+    assert extract_answer("Answer: 2[END]Answer: 3") == "2"
+    monkeypatch.setenv(STOP_TOKENS_ENV, "not json")  # a bad variable costs nothing: the built-ins still apply
+    assert extract_answer("Answer: 2<|im_end|>Answer: 3") == "2"
+
+
+def test_tokenizer_stop_tokens_of_the_demo_model():
+    from openrlhf_copo.embedded.models import smollm2_instruct
+
+    assert "<|im_end|>" in tokenizer_stop_tokens(smollm2_instruct())
 
 
 def test_extraction_is_linear_on_pathological_text():

@@ -1,7 +1,6 @@
 """The reward file OpenRLHF loads by path: correctness, equivalence-clustered ids, no hangs, works in threads / Ray."""
 
 import asyncio
-import importlib.util
 import os
 import threading
 import time
@@ -12,18 +11,11 @@ import torch
 
 import openrlhf_copo.rewards as rewards_pkg
 from openrlhf_copo.rewards.verifier import VerifierPool
+from tests_support import load_by_path
 
 REWARD_FILE = Path(rewards_pkg.__file__).parent / "math_reward.py"
 FORMAT_FILE = Path(rewards_pkg.__file__).parent / "math_format_reward.py"
 PROMPT = "<|im_start|>user\nWhat is 1/2? Put the final answer in \\boxed{}.<|im_end|>\n<|im_start|>assistant\n"
-
-
-def load_by_path(path):
-    """Exactly how OpenRLHF's SingleTurnAgentExecutor loads --reward.remote_url."""
-    spec = importlib.util.spec_from_file_location("reward_func", str(path))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.reward_func
 
 
 @pytest.fixture(scope="module")
@@ -116,13 +108,13 @@ def test_pathological_answer_is_bounded(reward_func):
 def test_hung_worker_is_killed_at_the_deadline_and_replaced():
     pool = VerifierPool(workers=1, timeout=1.0)
     try:
-        assert pool.verify("2", "2").correct  # warm: the worker is up
+        pool.warm_up()
         t = time.perf_counter()
         resp, status = pool._request({"op": "sleep", "seconds": 60, "pred": "1", "gold": "1"})
         assert resp is None and status == "timeout"
         assert time.perf_counter() - t < 5
         assert pool.restarts == 1
-        assert pool.verify("1/2", "0.5").correct  # a fresh worker took over
+        assert pool.verify("\\sqrt{4}", "2").correct  # a fresh worker took over
     finally:
         pool.close()
 
@@ -130,12 +122,12 @@ def test_hung_worker_is_killed_at_the_deadline_and_replaced():
 def test_killed_worker_gives_reward_zero_not_a_hang():
     pool = VerifierPool(workers=1, timeout=5.0)
     try:
-        assert pool.verify("2", "2").correct
+        pool.warm_up()
         worker = pool._all[0]
         os.kill(worker.proc.pid, 9)
         worker.proc.wait(5)
-        verdict = pool.verify("3", "3")  # not cached: it reaches the dead worker
+        verdict = pool.verify("\\sqrt{9}", "3")  # not a plain number: it must reach the dead worker
         assert verdict.status == "error" and not verdict.correct
-        assert pool.verify("3", "3").correct  # a failure is not cached; a fresh worker answers
+        assert pool.verify("\\sqrt{9}", "3").correct  # a failure is not cached; a fresh worker answers
     finally:
         pool.close()
