@@ -64,6 +64,7 @@ def test_openrlhf_flags_keep_their_meaning(load_args):
         (["--train.async_enable"], "--train.async_enable is not supported with COPO"),
         (["--copo.eps", "-1"], "--copo.eps -1.0 must be >= 0"),
         (["--copo.entropy_base", "1"], "--copo.entropy_base 1.0 must be positive"),
+        (["--copo.max_verify_failed", "1.5"], "--copo.max_verify_failed 1.5 must be a share in [0, 1]"),
         (["--copo.mode", "copo", "--advantage_estimator", "go_only"], "conflicts with --copo.mode copo"),
     ],
 )
@@ -168,3 +169,17 @@ def test_preflight_passes_good_input(tmp_path, tiny_model_dir):
     f.write_text('{"prompt": "1+1?", "label": "2"}\n{"prompt": "half?", "label": "\\\\frac{1}{2}"}\n')
     preflight(load_args(copo_argv("--data.prompt_dataset", str(f), "--data.input_key", "prompt",
                                   "--data.label_key", "label", model=tiny_model_dir)))
+
+
+def test_an_error_raised_in_a_ray_actor_ends_on_its_own_line():
+    """The advantage step runs in OpenRLHF's PPOTrainer actor: Ray wraps what it raises. The last line names
+    the original error, not Ray's wrapper."""
+    from ray.exceptions import RayTaskError
+
+    from openrlhf_copo.cli.train_ppo_ray import _failure_line
+    from openrlhf_copo.openrlhf_ext.advantages import RewardCheckError
+
+    cause = RewardCheckError("math-verify failed on 64 of 64 responses of this rollout step (...)")
+    wrapped = RayTaskError("PPOTrainer.fit", "Traceback ...", cause).as_instanceof_cause()
+    assert str(wrapped).splitlines()[0] != str(cause)  # Ray's own first line
+    assert _failure_line(wrapped, None) == f"training stopped: RewardCheckError: {cause}"

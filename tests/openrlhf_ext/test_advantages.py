@@ -118,6 +118,25 @@ def test_nan_reward_is_refused_not_trained_on(load_args):
         maker.compute_advantages_and_returns(experiences)
 
 
+@pytest.mark.parametrize("n_failed, stops", [(0, False), (6, False), (7, True), (12, True)])
+def test_a_step_of_failed_answer_checks_stops_instead_of_training_on_zeros(load_args, n_failed, stops):
+    """12 responses, --copo.max_verify_failed 0.5 (the default): more than 6 failed checks stop the run."""
+    from openrlhf_copo.openrlhf_ext.advantages import RewardCheckError
+
+    maker, experiences = made_experiences(load_args(copo_argv()))
+    flat = [(exp, j) for exp in experiences for j in range(len(exp.index))]
+    for exp in experiences:
+        exp.info["copo_verify_failed"] = torch.zeros(len(exp.index))
+    for exp, j in flat[:n_failed]:
+        exp.info["copo_verify_failed"][j] = 1.0
+    if stops:
+        with pytest.raises(RewardCheckError, match=f"math-verify failed on {n_failed} of 12 responses"):
+            maker.compute_advantages_and_returns(experiences)
+    else:
+        maker.compute_advantages_and_returns(experiences)
+        assert all(e.advantages is not None for e in experiences)
+
+
 def test_in_training_eval_reports_mean_and_majority():
     """OpenRLHF's eval samples (k consecutive per prompt, info from the reward function) -> mean@k / maj@k per source."""
     from openrlhf_copo.openrlhf_ext.patches import eval_majority_logs
