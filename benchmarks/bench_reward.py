@@ -134,7 +134,6 @@ def plain_loop(items) -> float:
     caches start as cold as the reward file's fresh workers (a second run here would be warm)."""
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx, initializer=_import_math_verify) as ex:
-        ex.submit(_import_math_verify).result()
         return ex.submit(_plain_loop_rate, items).result()
 
 
