@@ -22,7 +22,7 @@ VLLM_ENGINES=${VLLM_ENGINES:-$GPUS_PER_NODE}
 ARGS=(
   --advantage_estimator "${ESTIMATOR:-copo}"
   --copo.gamma "${GAMMA:-20}" --copo.rho "${RHO:-1.5}"
-  --copo.zero_control "${ZERO_CONTROL:-prompt}" --copo.std "${STD:-population}"
+  --copo.zero_control "${ZERO_CONTROL:-prompt}" --copo.incorrect "${INCORRECT:-answer}" --copo.std "${STD:-population}"
   --actor.model_name_or_path "$MODEL"
   --reward.remote_url "$REWARD_FILE"
   --data.prompt_dataset "$DATA" --data.input_key prompt --data.label_key label --data.apply_chat_template

@@ -94,12 +94,16 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
 
     rewards = by_prompt(torch.cat([exp.rewards.reshape(-1) for exp in experiences]))
     answer_ids = by_prompt(_info_column(experiences, ANSWER_ID_KEY).to(torch.int64))
+    # What "incorrect" means for zero control and the selective ablations (--copo.incorrect): a final
+    # answer that is not the label's (paper), or a reward of 0 (released code). They differ under the
+    # 0 / 0.1 / 1 format reward, where a formatted wrong answer scores 0.1.
     has_correct = all(CORRECT_KEY in exp.info for exp in experiences)
-    correct = by_prompt(_info_column(experiences, CORRECT_KEY).float()) > 0.5 if has_correct else None
+    if args.copo.incorrect == "answer" and has_correct:
+        correct = by_prompt(_info_column(experiences, CORRECT_KEY).float()) > 0.5
+    else:
+        correct = rewards > 0
 
     adv = copo_advantages(rewards, answer_ids, correct, **copo_settings(args))
-    if correct is None:
-        correct = rewards > 0
 
     # Per-response columns, back in experience order.
     G = n

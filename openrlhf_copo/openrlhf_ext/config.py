@@ -11,6 +11,9 @@ from typing import Any, Dict, List, Optional
 
 from openrlhf_copo.core import MODES, STDS, ZERO_CONTROLS
 
+#: `--copo.incorrect`: a response is incorrect when its answer is not the label's, or when its reward is 0.
+INCORRECT_RULES = ("answer", "reward")
+
 #: Values of `--algo.advantage.estimator` (alias `--advantage_estimator`) that select COPO.
 #: `copo` follows `--copo.mode` (default `copo`); the others name an ablation of the paper.
 COPO_ESTIMATORS = ("copo", "go_selective", "go_blended", "go_only", "copo_selective")
@@ -38,6 +41,11 @@ def add_copo_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--copo.zero_control", type=str, choices=ZERO_CONTROLS, default="prompt",
                    help="mode copo: w_local=0 for all-incorrect prompts (prompt, the paper), for every incorrect "
                         "response (response, the authors' released code), or never (none)")
+    g.add_argument("--copo.incorrect", type=str, choices=INCORRECT_RULES, default="answer",
+                   help="what makes a response incorrect for zero control and the selective ablations: answer (its "
+                        "final answer is not the label's, the reward file's copo_correct; the paper) or reward (its "
+                        "reward is 0; the released code). They differ under the 0/0.1/1 format reward: with reward, "
+                        "a formatted but wrong answer keeps the 0-vs-0.1 local signal")
     g.add_argument("--copo.std", type=str, choices=STDS, default="population",
                    help="std in both advantages: population (paper's worked example) or unbiased (released code)")
     g.add_argument("--copo.eps", type=float, default=1e-6, help="added to the std in both advantages")
@@ -136,7 +144,8 @@ def check_resume_settings(args, write: bool = True) -> None:
     if not (args.ckpt.load_enable or args.ckpt.save_steps > 0):
         return  # no checkpoint is saved or loaded
     path = os.path.join(args.ckpt.path, RESUME_SETTINGS_FILE)
-    current = {"estimator": args.algo.advantage.estimator, **(copo_settings(args) if is_copo(args) else {})}
+    current = {"estimator": args.algo.advantage.estimator,
+               **({**copo_settings(args), "incorrect": args.copo.incorrect} if is_copo(args) else {})}
     actor_dir = os.path.join(args.ckpt.path, "_actor")
     resuming = args.ckpt.load_enable and os.path.isdir(actor_dir)
     if resuming and write and not complete_checkpoint(actor_dir):
@@ -153,6 +162,8 @@ def check_resume_settings(args, write: bool = True) -> None:
     if resuming and os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
+        if is_copo(args):
+            saved.setdefault("incorrect", "answer")  # recorded since --copo.incorrect exists; its default before
         if saved != current:
             diff = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(set(saved) | set(current))
                              if saved.get(k) != current.get(k))

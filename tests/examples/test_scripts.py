@@ -97,6 +97,8 @@ def test_released_preset(load_args):
     assert copo_settings(args) == dict(mode="copo", gamma=5.0, rho=1.0, zero_control="response", std="unbiased",
                                        eps=1e-6, entropy_base=2.0)
     assert args.algo.kl.init_coef == 0 and args.train.batch_size == 192
+    assert args.copo.incorrect == "reward"
+    assert load_args(script_args("train_copo_ray.sh")).copo.incorrect == "answer"  # the paper's reading
 
 
 def test_grpo_baseline_and_overrides(load_args):

@@ -72,6 +72,36 @@ def test_copo_advantages_reach_each_response(load_args):
     assert per_sample(experiences, lambda e: e.info["copo_all_incorrect"]).mean().item() == pytest.approx(1 / 3)
 
 
+# The paper's format reward for base models: 0 no answer, 0.1 formatted but wrong, 1 correct. The middle
+# prompt has no correct answer but formatted ones, four different answers (H = 2 bits).
+FORMAT_REWARDS = [[1, 1, 1, 1], [0, 0.1, 0.1, 0], [1, 0, 1, 0.1]]
+FORMAT_IDS = [[7, 7, 7, 7], [1, 2, 3, 4], [7, 5, 7, 6]]
+
+
+@pytest.mark.parametrize("incorrect, w_local", [
+    ("answer", 0.0),  # paper: no correct answer = all incorrect -> zero control -> global only
+    ("reward", 0.9999546021312976),  # released code: rewards of 0.1 are not 0 -> sigmoid(20 (2 - 1.5))
+])
+def test_what_incorrect_means_under_the_format_reward(load_args, incorrect, w_local):
+    args = load_args(copo_argv("--copo.incorrect", incorrect))
+    args.rollout.micro_batch_size = 3
+    maker = maker_for(args)
+    experiences = maker.split_rollout_samples(make_rollout(FORMAT_REWARDS, FORMAT_IDS))
+    for exp in experiences:
+        exp.action_log_probs = torch.zeros_like(exp.action_mask, dtype=torch.float32)
+    experiences = maker.compute_advantages_and_returns(experiences)
+    local = per_sample(experiences, token_value)
+    w = per_sample(experiences, lambda e: e.info["copo_w_local"])
+    # A_local of [0, 0.1, 0.1, 0]: mean 0.05, population std 0.05, eps 1e-6
+    a = 0.05 / (0.05 + 1e-6)
+    torch.testing.assert_close(w[1], torch.full((4,), w_local))
+    torch.testing.assert_close(local[1], w_local * a * torch.tensor([-1.0, 1.0, 1.0, -1.0]))
+    torch.testing.assert_close(per_sample(experiences, lambda e: e.info["copo_w_global"])[1],
+                               torch.full((4,), 1 - w_local))
+    assert per_sample(experiences, lambda e: e.info["copo_all_incorrect"])[1].tolist() == (
+        [1.0] * 4 if incorrect == "answer" else [0.0] * 4)
+
+
 def test_global_statistics_span_the_rollout_batch_whatever_the_micro_batch(load_args):
     """The split into micro-batches (and later shards) must not change any advantage."""
     results = []
