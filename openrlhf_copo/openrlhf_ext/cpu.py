@@ -30,7 +30,8 @@ import functools
 import os
 from typing import List
 
-CPU_ENV = "OPENRLHF_COPO_CPU"
+from openrlhf_copo.openrlhf_ext.worker_hook import CPU_ENV
+
 #: vLLM-CPU sizes its KV cache from this (GiB); gpu_memory_utilization is ignored there.
 KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 _APPLIED = False
@@ -202,15 +203,21 @@ def apply_vllm_worker_path() -> None:
     vllm_worker_wrap.WorkerWrap.update_weight = _cpu_update_weight
 
 
-def apply() -> bool:
-    """Install the CPU path in this process, if this is a CPU run. Idempotent; returns whether it is active."""
+def install() -> None:
+    """Install the CPU path in this process (idempotent). Workers call this when the driver chose the CPU
+    path (`OPENRLHF_COPO_CPU=1`): the choice is the driver's, made once, never a worker's CUDA query."""
     global _APPLIED
-    if cuda_available():
-        return False
     if not _APPLIED:
         apply_torch_device_path()
         apply_vllm_worker_path()
         _APPLIED = True
+
+
+def apply() -> bool:
+    """In the driver (and tests): install the CPU path if this machine has no CUDA. Returns whether it is active."""
+    if cuda_available():
+        return False
+    install()
     return True
 
 
@@ -219,4 +226,4 @@ def vllm_plugin() -> None:
     including the spawned engine-core/worker processes that Ray's hook never reaches. A no-op
     unless the driver chose the CPU path."""
     if os.environ.get(CPU_ENV) == "1":
-        apply()
+        install()

@@ -13,9 +13,9 @@ Three patches, each a no-op unless the run's estimator is one of COPO's, and two
 5. `compute_eval_metrics`: OpenRLHF's in-training evaluation also reports mean@k and maj@k.
 
 A monkeypatch made in the driver never reaches Ray actor processes, where these classes run.
-`ray_worker_setup` is therefore registered as Ray's `worker_process_setup_hook` (see
-`openrlhf_copo.cli.train_ppo_ray`), so every worker process applies the patches itself before
-it runs any task.
+`worker_hook.ray_worker_setup` is therefore registered as Ray's `worker_process_setup_hook` (see
+`openrlhf_copo.cli.train_ppo_ray`): in every worker it arranges for `patch_experience_maker`,
+`patch_ppo_actor` and `patch_ppo_trainer` to run when the actor first imports those modules.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from openrlhf_copo.openrlhf_ext.config import is_copo
+from openrlhf_copo.openrlhf_ext.worker_hook import RAY_WORKER_SETUP_HOOK
 
 #: OpenRLHF releases whose patched symbols were read and tested.
 SUPPORTED_OPENRLHF = SpecifierSet(">=0.11.2,<0.12")
 _PATCHED_ATTR = "__openrlhf_copo_patched__"
+_EXPECTED_ADVANTAGES = ["self", "experiences"]
 _EXPECTED_TRAINING_STEP = ["self", "experience", "kl_ctl", "step", "loss_batch_info"]
 _EXPECTED_POLICY_LOSS = ["self", "log_probs", "old_log_probs", "advantages", "action_mask", "rollout_log_probs"]
 
@@ -40,31 +42,38 @@ class OpenRLHFVersionError(RuntimeError):
     """The installed openrlhf is not one whose internals these patches were written against."""
 
 
-def check_openrlhf() -> str:
-    """The installed openrlhf version; raises `OpenRLHFVersionError` if untested or if a patched symbol moved."""
+def check_version() -> str:
+    """The installed openrlhf version (package metadata only: imports nothing); raises if untested."""
     version = importlib.metadata.version("openrlhf")
     if Version(version) not in SUPPORTED_OPENRLHF:
         raise OpenRLHFVersionError(
             f"openrlhf {version} is installed; openrlhf_copo patches openrlhf{SUPPORTED_OPENRLHF} only "
             "(pip install 'openrlhf==0.11.2'), or apply patches/ to your fork"
         )
+    return version
+
+
+def check_signature(cls, name: str, expected) -> None:
+    """Raises `OpenRLHFVersionError` if ``cls.name`` no longer takes the parameters the patch was written for."""
+    fn = getattr(cls, name, None)
+    params = list(inspect.signature(fn).parameters)[: len(expected)] if fn is not None else None
+    if params != expected:
+        raise OpenRLHFVersionError(
+            f"openrlhf {check_version()}: {cls.__module__}.{cls.__name__}.{name} has moved or changed "
+            f"(expected parameters {expected}, found {params}); openrlhf_copo cannot patch it"
+        )
+
+
+def check_openrlhf() -> str:
+    """The installed openrlhf version; raises `OpenRLHFVersionError` if untested or if a patched symbol moved."""
+    version = check_version()
     from openrlhf.models import PolicyLoss
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
     from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
 
-    checks = [
-        (RemoteExperienceMaker, "compute_advantages_and_returns", ["self", "experiences"]),
-        (ActorPPOTrainer, "training_step", _EXPECTED_TRAINING_STEP),
-        (PolicyLoss, "forward", _EXPECTED_POLICY_LOSS),
-    ]
-    for cls, name, expected in checks:
-        fn = getattr(cls, name, None)
-        params = list(inspect.signature(fn).parameters)[: len(expected)] if fn is not None else None
-        if params != expected:
-            raise OpenRLHFVersionError(
-                f"openrlhf {version}: {cls.__module__}.{cls.__name__}.{name} has moved or changed "
-                f"(expected parameters {expected}, found {params}); openrlhf_copo cannot patch it"
-            )
+    check_signature(RemoteExperienceMaker, "compute_advantages_and_returns", _EXPECTED_ADVANTAGES)
+    check_signature(ActorPPOTrainer, "training_step", _EXPECTED_TRAINING_STEP)
+    check_signature(PolicyLoss, "forward", _EXPECTED_POLICY_LOSS)
     return version
 
 
@@ -114,25 +123,39 @@ def after_training_step(trainer, status: dict) -> dict:
     return status
 
 
-def apply() -> bool:
-    """Install the COPO patches into this process's openrlhf classes (idempotent). Returns True if newly applied.
+def patch_experience_maker(module) -> bool:
+    """Patch 1 into a loaded `openrlhf.trainer.ppo_utils.experience_maker`. Returns True if newly applied.
 
     A fork carrying patches/ marks its classes as patched, so this is a no-op there."""
-    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
-    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
-
-    if getattr(RemoteExperienceMaker, _PATCHED_ATTR, False):
+    cls = module.RemoteExperienceMaker
+    if getattr(cls, _PATCHED_ATTR, False):
         return False
-    check_openrlhf()
-
-    original_advantages = RemoteExperienceMaker.compute_advantages_and_returns
-    original_init = ActorPPOTrainer.__init__
-    original_step = ActorPPOTrainer.training_step
+    check_version()
+    check_signature(cls, "compute_advantages_and_returns", _EXPECTED_ADVANTAGES)
+    original_advantages = cls.compute_advantages_and_returns
 
     @functools.wraps(original_advantages)
     def compute_advantages_and_returns(self, experiences):
         result = copo_advantages_or_none(self, experiences)
         return original_advantages(self, experiences) if result is None else result
+
+    cls.compute_advantages_and_returns = compute_advantages_and_returns
+    cls.__openrlhf_copo_patched__ = True
+    return True
+
+
+def patch_ppo_actor(module) -> bool:
+    """Patches 2 and 3 into a loaded `openrlhf.trainer.ray.ppo_actor`. Returns True if newly applied."""
+    from openrlhf.models import PolicyLoss
+
+    cls = module.ActorPPOTrainer
+    if getattr(cls, _PATCHED_ATTR, False):
+        return False
+    check_version()
+    check_signature(cls, "training_step", _EXPECTED_TRAINING_STEP)
+    check_signature(PolicyLoss, "forward", _EXPECTED_POLICY_LOSS)
+    original_init = cls.__init__
+    original_step = cls.training_step
 
     @functools.wraps(original_init)
     def __init__(self, *args, **kwargs):
@@ -144,12 +167,29 @@ def apply() -> bool:
         before_training_step(self, experience)
         return after_training_step(self, original_step(self, experience, kl_ctl, step, loss_batch_info))
 
-    RemoteExperienceMaker.compute_advantages_and_returns = compute_advantages_and_returns
-    ActorPPOTrainer.__init__ = __init__
-    ActorPPOTrainer.training_step = training_step
-    RemoteExperienceMaker.__openrlhf_copo_patched__ = True
-    ActorPPOTrainer.__openrlhf_copo_patched__ = True
+    cls.__init__ = __init__
+    cls.training_step = training_step
+    cls.__openrlhf_copo_patched__ = True
     return True
+
+
+def patch_ppo_trainer(module) -> None:
+    """Patches 4 and 5 into a loaded `openrlhf.trainer.ppo_trainer` (Ray workers only: see `apply_metrics_file`)."""
+    apply_metrics_file()
+    apply_eval_majority()
+
+
+def apply() -> bool:
+    """Install patches 1-3 into this process's openrlhf classes (idempotent). Returns True if newly applied.
+
+    The driver (to fail early on an unsupported openrlhf) and tests call this; Ray workers get the same
+    patches from `worker_hook`, module by module as the actor imports them."""
+    import openrlhf.trainer.ppo_utils.experience_maker as experience_maker
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+
+    check_openrlhf()
+    newly = patch_experience_maker(experience_maker)
+    return patch_ppo_actor(ppo_actor) or newly
 
 
 def apply_eval_majority() -> None:
@@ -197,7 +237,7 @@ def eval_majority_logs(eval_dataloader, samples_list, k: int) -> dict:
 
 
 def apply_metrics_file() -> None:
-    """Patch 4, in Ray workers only (`ray_worker_setup`): never in the driver.
+    """Patch 4, in Ray workers only (`worker_hook`): never in the driver.
 
     `BasePPOTrainer` is the base of a Ray actor class. When `@ray.remote` wraps a class, Ray
     snapshots its methods in the driver, and cloudpickle ships a method *by value* when it no
@@ -254,22 +294,6 @@ def is_applied() -> bool:
     from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
 
     return bool(getattr(RemoteExperienceMaker, _PATCHED_ATTR, False) and getattr(ActorPPOTrainer, _PATCHED_ATTR, False))
-
-
-def ray_worker_setup() -> None:
-    """Ray `worker_process_setup_hook`: runs in every Ray worker process before its first task.
-
-    Installs the COPO patches and, on a CPU run only, the CPU device path (`cpu.apply`)."""
-    from openrlhf_copo.openrlhf_ext import cpu
-
-    apply()
-    apply_metrics_file()
-    apply_eval_majority()
-    cpu.apply()
-
-
-#: The dotted path Ray imports in each worker.
-RAY_WORKER_SETUP_HOOK = f"{__name__}.ray_worker_setup"
 
 
 def with_worker_hook(runtime_env=None) -> dict:

@@ -1,0 +1,101 @@
+"""Ray's `worker_process_setup_hook` for COPO runs: safe on GPU nodes whatever the import order.
+
+Ray runs the hook when a worker process starts, *before* it narrows `CUDA_VISIBLE_DEVICES` to the
+GPUs of the actor that process will host. Anything that initialises CUDA there (a call of
+`torch.cuda.is_available()` without `PYTORCH_NVML_BASED_CUDA_CHECK`, which DeepSpeed happens to set
+on import) fixes the process's view of the GPUs too early: an actor given GPU 1 would see GPU 0,
+and on a multi-GPU node OpenRLHF's actors would pile onto one GPU.
+
+So this module imports nothing but the standard library, and the hook does two things only:
+
+1. registers a post-import hook: when the actor itself first imports one of OpenRLHF's patched
+   modules (by then Ray has narrowed its GPUs, and OpenRLHF's own imports touch CUDA anyway), the
+   COPO patch for that module is installed right after the module has run (`patches.py`);
+2. on a CPU run, which the driver chose and announced in `OPENRLHF_COPO_CPU=1` (no CUDA to
+   touch there), installs the CPU device path (`cpu.py`). No CUDA query decides anything here.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import os
+import sys
+import threading
+
+#: Set by the driver of a CPU run (`cpu.loopback_env`), inherited by every worker.
+CPU_ENV = "OPENRLHF_COPO_CPU"
+
+#: Module -> the function of `openrlhf_copo.openrlhf_ext.patches` that patches it once it is loaded.
+POST_IMPORT_PATCHES = {
+    "openrlhf.trainer.ppo_utils.experience_maker": "patch_experience_maker",
+    "openrlhf.trainer.ray.ppo_actor": "patch_ppo_actor",
+    "openrlhf.trainer.ppo_trainer": "patch_ppo_trainer",
+}
+
+
+def _run_patch(module) -> None:
+    from openrlhf_copo.openrlhf_ext import patches
+
+    getattr(patches, POST_IMPORT_PATCHES[module.__name__])(module)
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """The module's own loader, then our patch of the freshly executed module."""
+
+    def __init__(self, loader) -> None:
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        _run_patch(module)
+
+    def __getattr__(self, name):  # get_source, is_package, resource readers, ...
+        return getattr(self._loader, name)
+
+
+class PostImportPatcher(importlib.abc.MetaPathFinder):
+    """Finds the patched modules with the other finders and wraps their loaders."""
+
+    _local = threading.local()
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in POST_IMPORT_PATCHES or getattr(self._local, "busy", False):
+            return None
+        self._local.busy = True  # the other finders may import; do not recurse into ourselves
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    if spec.loader is not None:
+                        spec.loader = _PatchingLoader(spec.loader)
+                    return spec
+            return None
+        finally:
+            self._local.busy = False
+
+
+def install_post_import_patches() -> None:
+    """Patch each OpenRLHF module when it is first imported (at once if it already is). Idempotent."""
+    if not any(isinstance(f, PostImportPatcher) for f in sys.meta_path):
+        sys.meta_path.insert(0, PostImportPatcher())
+    for name in POST_IMPORT_PATCHES:
+        if name in sys.modules:
+            _run_patch(sys.modules[name])
+
+
+def ray_worker_setup() -> None:
+    """Ray `worker_process_setup_hook`: runs in every Ray worker process before its first task."""
+    install_post_import_patches()
+    if os.environ.get(CPU_ENV) == "1":
+        from openrlhf_copo.openrlhf_ext import cpu
+
+        cpu.install()
+
+
+#: The dotted path Ray imports in each worker.
+RAY_WORKER_SETUP_HOOK = f"{__name__}.ray_worker_setup"

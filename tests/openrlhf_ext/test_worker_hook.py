@@ -1,0 +1,73 @@
+"""openrlhf_copo.openrlhf_ext.worker_hook: Ray's worker hook touches no CUDA, and the patches still arrive.
+
+Ray runs the hook before it narrows CUDA_VISIBLE_DEVICES to an actor's GPUs. Each test runs in a fresh
+interpreter, as a Ray worker process starts: with neither OPENRLHF_COPO_CPU nor
+PYTORCH_NVML_BASED_CUDA_CHECK set (what a GPU node looks like to the hook), the hook must import neither torch
+(so it cannot initialise CUDA) nor DeepSpeed nor OpenRLHF's trainer modules; once the actor imports those
+itself, every COPO patch must be in place."""
+
+import os
+import subprocess
+import sys
+
+GPU_NODE_HOOK = """
+import sys
+from openrlhf_copo.openrlhf_ext.worker_hook import ray_worker_setup
+ray_worker_setup()
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "deepspeed", "vllm", "ray", "transformers")
+               or m.startswith("openrlhf."))
+assert not heavy, f"the worker hook imported {heavy[:8]}"
+
+# the actor's own imports, after Ray narrowed its GPUs
+import openrlhf.trainer.ppo_trainer as ppo_trainer
+from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+from openrlhf_copo.openrlhf_ext import patches
+assert patches.is_applied()
+assert ppo_trainer.BasePPOTrainer.__openrlhf_copo_patched__
+assert ppo_trainer.compute_eval_metrics.__openrlhf_copo_patched__
+import torch
+assert torch.cuda.current_device is not None and not getattr(torch.cuda.current_device, "__name__", "") == "<lambda>", \\
+    "the CPU path was installed without OPENRLHF_COPO_CPU"
+print("ok")
+"""
+
+CPU_RUN_HOOK = """
+from openrlhf_copo.openrlhf_ext.worker_hook import ray_worker_setup
+ray_worker_setup()
+import torch
+from openrlhf_copo.openrlhf_ext import cpu, patches
+assert torch.cuda.current_device() == torch.device("cpu")  # the CPU path, chosen by the driver's variable
+import openrlhf.trainer.ray.ppo_actor  # noqa: F401
+assert patches.is_applied()
+print("ok")
+"""
+
+ALREADY_IMPORTED = """
+import openrlhf.trainer.ppo_utils.experience_maker as em
+from openrlhf_copo.openrlhf_ext.worker_hook import ray_worker_setup
+ray_worker_setup()
+assert em.RemoteExperienceMaker.__openrlhf_copo_patched__  # patched at once, not waiting for an import
+print("ok")
+"""
+
+
+def run_fresh(code: str, **env_changes) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENRLHF_COPO_CPU", "PYTORCH_NVML_BASED_CUDA_CHECK")}
+    env.update(env_changes)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_on_a_gpu_node_the_hook_imports_nothing_heavy_and_the_patches_arrive_with_the_actors_imports():
+    out = run_fresh(GPU_NODE_HOOK)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def test_on_a_cpu_run_the_drivers_variable_installs_the_cpu_path():
+    out = run_fresh(CPU_RUN_HOOK, OPENRLHF_COPO_CPU="1")
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def test_a_module_imported_before_the_hook_is_patched_at_once():
+    out = run_fresh(ALREADY_IMPORTED)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
