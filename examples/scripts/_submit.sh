@@ -4,9 +4,16 @@
 # test suite runs every script that way through the real parser, so no script can drift from
 # the flags).
 
-# The reward file ships inside the installed package; Ray workers load it by path, so the
-# cluster's nodes need the same environment as this one (as usual for OpenRLHF's remote_rm_url).
+# The reward file ships inside the installed package, and the vLLM engine actors load it by path on
+# whatever node they run: install openrlhf-copo at the same path on every node (one container image, or
+# one shared virtualenv), or set REWARD_FILE to a copy on storage every node mounts.
 REWARD_FILE=${REWARD_FILE:-$(python3 -c 'import os, openrlhf_copo.rewards as r; print(os.path.join(os.path.dirname(r.__file__), "math_reward.py"))')}
+
+# Paths a job reads or writes, made absolute: the job runs in Ray's per-session copy of the working dir, where a
+# relative SAVE_DIR would put checkpoints that a resubmitted job never finds (it silently starts at step 0).
+copo_abspath() {
+  case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac
+}
 
 copo_submit() {
   if [ "${COPO_PRINT_ARGS:-0}" = "1" ]; then

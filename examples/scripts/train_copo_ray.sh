@@ -14,7 +14,8 @@ source examples/scripts/_submit.sh
 
 MODEL=${MODEL:-Qwen/Qwen2.5-3B-Instruct}
 DATA=${DATA:-data/dapo_math_17k.jsonl}
-SAVE_DIR=${SAVE_DIR:-checkpoints/copo-$(basename "$MODEL")}
+[ -e "$DATA" ] && DATA=$(copo_abspath "$DATA")  # a local file; a hub dataset name stays as it is
+SAVE_DIR=$(copo_abspath "${SAVE_DIR:-checkpoints/copo-$(basename "$MODEL")}")
 NNODES=${NNODES:-1}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 VLLM_ENGINES=${VLLM_ENGINES:-$GPUS_PER_NODE}

@@ -43,7 +43,7 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
     from openrlhf_copo.openrlhf_ext import cpu, patches
     from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
     from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
-                                                   estimator_action, extend_openrlhf_parser, is_copo)
+                                                   copo_warnings, estimator_action, extend_openrlhf_parser, is_copo)
 
     original_parse_args = argparse.ArgumentParser.parse_args
     original_hierarchize = orl_config.hierarchize
@@ -64,6 +64,8 @@ def _openrlhf_hooks(captured: dict, stop_before_training: bool):
             problems = copo_problems(nested)
             if problems:
                 _fail(problems[0])
+            for warning in copo_warnings(nested):
+                print(f"{PROG}: warning: {warning}", file=sys.stderr)
             if is_copo(nested):
                 try:
                     patches.apply()  # in the driver too; fails early on an unsupported openrlhf

@@ -7,6 +7,7 @@ show in `--help` and arrive hierarchized as `args.copo.*` in every Ray actor, ne
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any, Dict, List, Optional
 
 from openrlhf_copo.core import MODES, STDS, ZERO_CONTROLS
@@ -100,6 +101,12 @@ def copo_problems(args) -> List[str]:
         problems.append(f"--algo.kl.init_coef {args.algo.kl.init_coef} without --algo.kl.use_loss folds a KL penalty "
                         "into the reward, where COPO would scale it by w_local: add --algo.kl.use_loss (the paper's "
                         "KL loss) or set --algo.kl.init_coef 0")
+    generate = getattr(args.rollout, "vllm_generate_batch_size", None)
+    if generate and generate < args.rollout.batch_size:
+        problems.append(f"--rollout.vllm_generate_batch_size {generate} < --rollout.batch_size {args.rollout.batch_size}: "
+                        f"OpenRLHF then trains each step on {generate} prompts, so COPO's global advantage would span "
+                        f"{generate} prompts, not {args.rollout.batch_size}: leave it unset or set it to "
+                        f"{args.rollout.batch_size}")
     remote = args.reward.remote_url
     if not remote:
         problems.append("COPO needs each response's answer id from a reward function: set --reward.remote_url "
@@ -116,6 +123,20 @@ def copo_problems(args) -> List[str]:
     if c.entropy_base <= 0 or c.entropy_base == 1:
         problems.append(f"--copo.entropy_base {c.entropy_base} must be positive and != 1")
     return problems
+
+
+def copo_warnings(args) -> List[str]:
+    """Settings COPO runs with but that make it something else; one line each, printed at start."""
+    if not is_copo(args) or resolve_mode(args) not in ("copo", "go_blended", "copo_selective"):
+        return []
+    G, c = args.rollout.n_samples_per_prompt, args.copo
+    h_max = math.log(G, c.entropy_base)  # all G answers different
+    if h_max > c.rho:
+        return []
+    w_max = 1.0 / (1.0 + math.exp(-c.gamma * (h_max - c.rho)))
+    return [f"--rollout.n_samples_per_prompt {G} gives a consistency entropy of at most {h_max:.3g} "
+            f"(log{c.entropy_base:g} {G}), not above --copo.rho {c.rho:g}: w_local never exceeds {w_max:.2g} and COPO "
+            f"trains on the global term almost alone (GO-Only); use more samples per prompt or a lower --copo.rho"]
 
 
 RESUME_SETTINGS_FILE = "copo_settings.json"

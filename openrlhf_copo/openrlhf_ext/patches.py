@@ -83,10 +83,15 @@ def check_openrlhf() -> str:
 
 def copo_advantages_or_none(maker, experiences):
     """In `RemoteExperienceMaker.compute_advantages_and_returns`: COPO's advantages, or None when the
-    run's estimator is not COPO's (OpenRLHF's own code then runs unchanged)."""
+    run's estimator is not COPO's (OpenRLHF's own code then runs unchanged, on experiences whose answer ids
+    are dropped: OpenRLHF would average them into the logged metrics, as noise, when a baseline such as
+    train_dapo_baseline.sh uses our reward file)."""
+    from openrlhf_copo.openrlhf_ext.advantages import ANSWER_ID_KEY, copo_compute_advantages_and_returns
+
     if not is_copo(maker.strategy.args):
+        for exp in experiences:
+            exp.info.pop(ANSWER_ID_KEY, None)
         return None
-    from openrlhf_copo.openrlhf_ext.advantages import copo_compute_advantages_and_returns
 
     return copo_compute_advantages_and_returns(maker, experiences)
 

@@ -65,6 +65,8 @@ def test_openrlhf_flags_keep_their_meaning(load_args):
         (["--copo.eps", "-1"], "--copo.eps -1.0 must be >= 0"),
         (["--copo.entropy_base", "1"], "--copo.entropy_base 1.0 must be positive"),
         (["--copo.max_verify_failed", "1.5"], "--copo.max_verify_failed 1.5 must be a share in [0, 1]"),
+        (["--rollout.vllm_generate_batch_size", "2"],
+         "--rollout.vllm_generate_batch_size 2 < --rollout.batch_size 4: OpenRLHF then trains each step on 2 prompts"),
         (["--copo.mode", "copo", "--advantage_estimator", "go_only"], "conflicts with --copo.mode copo"),
     ],
 )
@@ -183,3 +185,14 @@ def test_an_error_raised_in_a_ray_actor_ends_on_its_own_line():
     wrapped = RayTaskError("PPOTrainer.fit", "Traceback ...", cause).as_instanceof_cause()
     assert str(wrapped).splitlines()[0] != str(cause)  # Ray's own first line
     assert _failure_line(wrapped, None) == f"training stopped: RewardCheckError: {cause}"
+
+
+def test_too_few_samples_for_rho_is_warned_at_start(load_args, capsys):
+    """log2(G) <= rho: w_local can never pass 1/2. At G = 2, rho 1.5, gamma 20 its maximum is sigmoid(-10)."""
+    load_args(copo_argv())  # G = 4: log2 4 = 2 > 1.5
+    assert "warning" not in capsys.readouterr().err
+    load_args(copo_argv("--rollout.n_samples_per_prompt", "2"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "w_local never exceeds 4.5e-05" in err[0] and "(log2 2)" in err[0], err
+    load_args(copo_argv("--rollout.n_samples_per_prompt", "2", "--copo.mode", "grpo"))  # no blend: nothing to warn
+    assert "warning" not in capsys.readouterr().err

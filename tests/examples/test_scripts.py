@@ -106,3 +106,19 @@ def test_grpo_baseline_and_overrides(load_args):
     args = load_args(script_args("train_copo_qwen2.5_7b.sh", ESTIMATOR="go_only"))
     assert args.actor.model_name_or_path == "Qwen/Qwen2.5-7B-Instruct"
     assert copo_settings(args)["mode"] == "go_only"
+
+
+def test_checkpoint_and_data_paths_are_absolute(tmp_path):
+    """A job runs in Ray's per-session copy of the working dir: a relative SAVE_DIR would hide the checkpoint
+    from a resubmitted job. Local data becomes absolute too; a hub dataset name is left alone."""
+    repo = SCRIPTS.parents[1]
+    data = tmp_path / "train.jsonl"
+    data.write_text("")
+    args = script_args("train_copo_ray.sh", SAVE_DIR="runs/x", DATA=os.path.relpath(data, repo))
+    assert args[args.index("--ckpt.path") + 1] == str(repo / "runs" / "x" / "ckpt")
+    assert args[args.index("--ckpt.output_dir") + 1] == str(repo / "runs" / "x")
+    given = args[args.index("--data.prompt_dataset") + 1]
+    assert os.path.isabs(given) and os.path.realpath(given) == os.path.realpath(data)
+    args = script_args("train_copo_ray.sh", DATA="BytedTsinghua-SIA/DAPO-Math-17k")
+    assert args[args.index("--data.prompt_dataset") + 1] == "BytedTsinghua-SIA/DAPO-Math-17k"
+    assert args[args.index("--ckpt.path") + 1].startswith(str(repo) + "/checkpoints/")

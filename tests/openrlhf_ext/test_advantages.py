@@ -131,6 +131,8 @@ def test_group_norm_is_untouched_by_the_patch(load_args):
     expected = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-9)  # OpenRLHF's group_norm
     torch.testing.assert_close(per_sample(experiences, token_value), expected)
     assert all("copo_global_adv" not in e.info for e in experiences)
+    # the answer ids of our reward file are labels, not metrics: not logged under other estimators either
+    assert all("copo_answer_id" not in e.info for e in experiences)
 
 
 def test_missing_answer_id_is_refused(load_args):
