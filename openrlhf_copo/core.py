@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
 __all__ = [
     "MODES",
+    "BLENDED_MODES",
+    "WEIGHTINGS",
+    "WeightInputs",
+    "register_mode",
     "ZERO_CONTROLS",
     "STDS",
     "CopoAdvantages",
@@ -46,8 +50,6 @@ __all__ = [
     "copo_advantages",
 ]
 
-#: Advantage modes: the paper's COPO, plain GRPO and the ablations of its Table 3.
-MODES = ("copo", "grpo", "go_selective", "go_blended", "go_only", "copo_selective")
 #: Which responses get w_local = 0 in ``mode="copo"``.
 ZERO_CONTROLS = ("prompt", "response", "none")
 #: Standard-deviation conventions.
@@ -141,6 +143,89 @@ def blend_weights(entropy: torch.Tensor, gamma: float, rho: float) -> torch.Tens
     return torch.sigmoid(gamma * (entropy - rho))
 
 
+# ---------------------------------------------------------------------------------------------
+# The modes: how each one turns the soft weight into (w_local, w_global). One function per mode,
+# registered by name (verl's `register_adv_est` is the model); a new ablation is one function here.
+
+
+@dataclass
+class WeightInputs:
+    """What a mode may look at, all [B, G]: the soft weight sigmoid(gamma (H - rho)), which responses are
+    correct, which belong to an all-incorrect prompt, and ``copo_advantages``'s ``zero_control``."""
+
+    soft: torch.Tensor
+    correct: torch.Tensor
+    all_incorrect: torch.Tensor
+    zero_control: str
+
+
+WEIGHTINGS: Dict[str, Callable[[WeightInputs], Tuple[torch.Tensor, torch.Tensor]]] = {}
+
+
+def register_mode(name: str):
+    """Register ``fn(WeightInputs) -> (w_local, w_global)`` as advantage mode ``name``."""
+
+    def register(fn):
+        if name in WEIGHTINGS:
+            raise ValueError(f"advantage mode {name!r} is registered twice")
+        WEIGHTINGS[name] = fn
+        return fn
+
+    return register
+
+
+@register_mode("copo")
+def copo_weights(x: WeightInputs):
+    """The paper: soft blend, w_local = 0 where zero control applies, w_global = 1 - w_local *after* it
+    (a zeroed local term hands its weight to the global term instead of shrinking the loss)."""
+    zeros = torch.zeros_like(x.soft)
+    if x.zero_control == "prompt":
+        w_local = torch.where(x.all_incorrect, zeros, x.soft)
+    elif x.zero_control == "response":
+        w_local = torch.where(x.correct, x.soft, zeros)
+    else:
+        w_local = x.soft
+    return w_local, 1.0 - w_local
+
+
+@register_mode("grpo")
+def grpo_weights(x: WeightInputs):
+    """Plain GRPO through the same path: the local term alone."""
+    return torch.ones_like(x.soft), torch.zeros_like(x.soft)
+
+
+@register_mode("go_selective")
+def go_selective_weights(x: WeightInputs):
+    """Table 3, GO-Selective: the global term alone for all-incorrect prompts, the local term alone elsewhere."""
+    w_local = torch.where(x.all_incorrect, torch.zeros_like(x.soft), torch.ones_like(x.soft))
+    return w_local, 1.0 - w_local
+
+
+@register_mode("go_blended")
+def go_blended_weights(x: WeightInputs):
+    """Table 3, GO-Blended: the soft blend without zero control."""
+    return x.soft, 1.0 - x.soft
+
+
+@register_mode("go_only")
+def go_only_weights(x: WeightInputs):
+    """Table 3, GO-Only: the global term alone."""
+    return torch.zeros_like(x.soft), torch.ones_like(x.soft)
+
+
+@register_mode("copo_selective")
+def copo_selective_weights(x: WeightInputs):
+    """COPO-Selective: the soft blend, and no loss at all on all-incorrect prompts."""
+    zeros = torch.zeros_like(x.soft)
+    return torch.where(x.all_incorrect, zeros, x.soft), torch.where(x.all_incorrect, zeros, 1.0 - x.soft)
+
+
+#: Advantage modes: the paper's COPO, plain GRPO and the ablations of its Table 3.
+MODES = tuple(WEIGHTINGS)
+#: Modes whose weights depend on the soft blend (and so on gamma, rho and the entropy).
+BLENDED_MODES = ("copo", "go_blended", "copo_selective")
+
+
 def copo_advantages(
     rewards: torch.Tensor,
     answer_ids: torch.Tensor,
@@ -176,8 +261,8 @@ def copo_advantages(
         A `CopoAdvantages`; the loss is
         ``PolicyLoss(w_local * local_adv) + PolicyLoss(w_global * global_adv)``.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode not in WEIGHTINGS:
+        raise ValueError(f"mode must be one of {tuple(WEIGHTINGS)}, got {mode!r}")
     if zero_control not in ZERO_CONTROLS:
         raise ValueError(f"zero_control must be one of {ZERO_CONTROLS}, got {zero_control!r}")
     if rewards.dim() != 2:
@@ -203,30 +288,7 @@ def copo_advantages(
     entropy = consistency_entropy(answer_ids, base=entropy_base)
     soft = blend_weights(entropy, gamma, rho).unsqueeze(1).expand(B, G)  # [B, G]
     all_incorrect = (~correct.any(dim=1)).unsqueeze(1).expand(B, G)
-    ones, zeros = torch.ones_like(soft), torch.zeros_like(soft)
-
-    if mode == "grpo":
-        w_local, w_global = ones, zeros
-    elif mode == "go_only":
-        w_local, w_global = zeros, ones
-    elif mode == "go_selective":
-        w_local = torch.where(all_incorrect, zeros, ones)
-        w_global = 1.0 - w_local
-    elif mode == "go_blended":
-        w_local, w_global = soft, 1.0 - soft
-    elif mode == "copo_selective":
-        w_local = torch.where(all_incorrect, zeros, soft)
-        w_global = torch.where(all_incorrect, zeros, 1.0 - soft)
-    else:  # copo
-        if zero_control == "prompt":
-            w_local = torch.where(all_incorrect, zeros, soft)
-        elif zero_control == "response":
-            w_local = torch.where(correct, soft, zeros)
-        else:
-            w_local = soft
-        # w_global = 1 - w_local *after* zero control: a zeroed local term hands its weight to
-        # the global term instead of shrinking the loss (the paper's stated reason).
-        w_global = 1.0 - w_local
+    w_local, w_global = WEIGHTINGS[mode](WeightInputs(soft, correct, all_incorrect, zero_control))
 
     out = CopoAdvantages(
         local_adv=local_adv,

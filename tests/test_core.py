@@ -240,3 +240,24 @@ def test_global_advantage_uses_the_whole_batch():
     full = global_advantage(rewards)[:, 0]
     half = global_advantage(rewards[:2])[:, 0]
     assert full[0].item() != pytest.approx(half[0].item())  # a mini-batch statistic would differ
+
+
+def test_a_new_mode_is_one_registered_function():
+    """verl-style registry: registering a weighting makes it a mode of copo_advantages."""
+    from openrlhf_copo.core import WEIGHTINGS, register_mode
+
+    @register_mode("half_half_test")
+    def half_half(x):
+        return torch.full_like(x.soft, 0.5), torch.full_like(x.soft, 0.5)
+
+    try:
+        r = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+        out = copo_advantages(r, torch.tensor([[1, 2, 1, 2], [3, 3, 3, 3]]), mode="half_half_test")
+        assert out.w_local.unique().tolist() == [0.5] and out.w_global.unique().tolist() == [0.5]
+        torch.testing.assert_close(out.weighted_local[0], 0.5 * torch.tensor([1.0, -1.0, 1.0, -1.0]) / (1 + 2e-6))
+        with pytest.raises(ValueError, match="registered twice"):
+            register_mode("half_half_test")(half_half)
+    finally:
+        WEIGHTINGS.pop("half_half_test")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        copo_advantages(r, torch.zeros(2, 4, dtype=torch.long), mode="half_half_test")

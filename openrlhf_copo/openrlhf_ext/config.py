@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
 from openrlhf_copo.core import MODES, STDS, ZERO_CONTROLS
@@ -15,9 +16,10 @@ from openrlhf_copo.core import MODES, STDS, ZERO_CONTROLS
 #: `--copo.incorrect`: a response is incorrect when its answer is not the label's, or when its reward is 0.
 INCORRECT_RULES = ("answer", "reward")
 
-#: Values of `--algo.advantage.estimator` (alias `--advantage_estimator`) that select COPO.
-#: `copo` follows `--copo.mode` (default `copo`); the others name an ablation of the paper.
-COPO_ESTIMATORS = ("copo", "go_selective", "go_blended", "go_only", "copo_selective")
+#: Values of `--algo.advantage.estimator` (alias `--advantage_estimator`) that select COPO: every mode of the
+#: core's registry but plain GRPO (that one is `--advantage_estimator copo --copo.mode grpo`). `copo` follows
+#: `--copo.mode` (default `copo`); the others name an ablation of the paper.
+COPO_ESTIMATORS = tuple(m for m in MODES if m != "grpo")
 
 
 class CopoConfigError(ValueError):
@@ -29,35 +31,56 @@ def is_copo(args) -> bool:
     return getattr(getattr(getattr(args, "algo", None), "advantage", None), "estimator", None) in COPO_ESTIMATORS
 
 
+def _setting(default, help: str, *, choices=None, check=None, core=False, resume=False, kind=None):
+    """One `--copo.<name>` setting: ``check`` is (predicate, what the value must be); ``core``: a keyword of
+    `core.copo_advantages`; ``resume``: a resumed run must keep it (it changes the training math)."""
+    return field(default=default, metadata=dict(help=help, choices=choices, check=check, core=core,
+                                                resume=resume or core, kind=kind or type(default)))
+
+
+@dataclass(frozen=True)
+class CopoSettings:
+    """Every `--copo.*` setting, declared once: its flag, default (the paper's best), choices, help, the
+    check that refuses a bad value, and whether a resumed run must keep it all come from these fields."""
+
+    gamma: float = _setting(20.0, "sharpness of w_local = sigmoid(gamma * (H - rho)) (paper's best: 20; released "
+                                  "script: 5)", core=True)
+    rho: float = _setting(1.5, "entropy threshold rho of the blend (paper's best: 1.5; released script: 1)", core=True)
+    mode: Optional[str] = _setting(None, "advantage mode; default: the estimator's name (copo -> copo). 'grpo' runs "
+                                         "plain GRPO through the same code path, as a baseline",
+                                   choices=MODES, core=True, kind=str)
+    zero_control: str = _setting("prompt", "mode copo: w_local=0 for all-incorrect prompts (prompt, the paper), for "
+                                           "every incorrect response (response, the authors' released code), or never "
+                                           "(none)", choices=ZERO_CONTROLS, core=True)
+    incorrect: str = _setting("answer", "what makes a response incorrect for zero control and the selective "
+                                        "ablations: answer (its final answer is not the label's, the reward file's "
+                                        "copo_correct; the paper) or reward (its reward is 0; the released code). They "
+                                        "differ under the 0/0.1/1 format reward: with reward, a formatted but wrong "
+                                        "answer keeps the 0-vs-0.1 local signal", choices=INCORRECT_RULES, resume=True)
+    std: str = _setting("population", "std in both advantages: population (paper's worked example) or unbiased "
+                                      "(released code)", choices=STDS, core=True)
+    eps: float = _setting(1e-6, "added to the std in both advantages", check=(lambda v: v >= 0, "must be >= 0"),
+                          core=True)
+    entropy_base: float = _setting(2.0, "log base of the consistency entropy (2 reproduces the paper's appendix)",
+                                   check=(lambda v: v > 0 and v != 1, "must be positive and != 1"), core=True)
+    max_verify_failed: float = _setting(0.5, "stop the run when more than this share of a rollout step's answer "
+                                             "checks failed (math-verify timed out, crashed, or cannot start on the "
+                                             "reward node), instead of training on their zero rewards",
+                                        check=(lambda v: 0 <= v <= 1, "must be a share in [0, 1]"))
+    metrics_file: Optional[str] = _setting(None, "also append every step's logged metrics to this JSON-lines file "
+                                                 "(any estimator)", kind=str)
+
+    @classmethod
+    def from_args(cls, args) -> "CopoSettings":
+        return cls(**{f.name: getattr(args.copo, f.name) for f in fields(cls)})
+
+
 def add_copo_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `--copo.*` flags, in OpenRLHF's dotted style. Defaults are the paper's best setting."""
+    """The `--copo.*` flags, in OpenRLHF's dotted style, from `CopoSettings`."""
     g = parser.add_argument_group("COPO (openrlhf_copo)")
-    g.add_argument("--copo.gamma", type=float, default=20.0,
-                   help="sharpness of w_local = sigmoid(gamma * (H - rho)) (paper's best: 20; released script: 5)")
-    g.add_argument("--copo.rho", type=float, default=1.5,
-                   help="entropy threshold rho of the blend (paper's best: 1.5; released script: 1)")
-    g.add_argument("--copo.mode", type=str, choices=MODES, default=None,
-                   help="advantage mode; default: the estimator's name (copo -> copo). 'grpo' runs plain GRPO "
-                        "through the same code path, as a baseline")
-    g.add_argument("--copo.zero_control", type=str, choices=ZERO_CONTROLS, default="prompt",
-                   help="mode copo: w_local=0 for all-incorrect prompts (prompt, the paper), for every incorrect "
-                        "response (response, the authors' released code), or never (none)")
-    g.add_argument("--copo.incorrect", type=str, choices=INCORRECT_RULES, default="answer",
-                   help="what makes a response incorrect for zero control and the selective ablations: answer (its "
-                        "final answer is not the label's, the reward file's copo_correct; the paper) or reward (its "
-                        "reward is 0; the released code). They differ under the 0/0.1/1 format reward: with reward, "
-                        "a formatted but wrong answer keeps the 0-vs-0.1 local signal")
-    g.add_argument("--copo.std", type=str, choices=STDS, default="population",
-                   help="std in both advantages: population (paper's worked example) or unbiased (released code)")
-    g.add_argument("--copo.eps", type=float, default=1e-6, help="added to the std in both advantages")
-    g.add_argument("--copo.entropy_base", type=float, default=2.0,
-                   help="log base of the consistency entropy (2 reproduces the paper's appendix)")
-    g.add_argument("--copo.max_verify_failed", type=float, default=0.5,
-                   help="stop the run when more than this share of a rollout step's answer checks failed "
-                        "(math-verify timed out, crashed, or cannot start on the reward node), instead of "
-                        "training on their zero rewards")
-    g.add_argument("--copo.metrics_file", type=str, default=None,
-                   help="also append every step's logged metrics to this JSON-lines file (any estimator)")
+    for f in fields(CopoSettings):
+        m = f.metadata
+        g.add_argument(f"--copo.{f.name}", type=m["kind"], default=f.default, choices=m["choices"], help=m["help"])
 
 
 def resolve_mode(args) -> str:
@@ -75,10 +98,17 @@ def resolve_mode(args) -> str:
 
 
 def copo_settings(args) -> Dict[str, Any]:
-    """Keyword arguments for `openrlhf_copo.core.copo_advantages` from the run's args."""
-    c = args.copo
-    return dict(mode=resolve_mode(args), gamma=float(c.gamma), rho=float(c.rho), zero_control=c.zero_control,
-                std=c.std, eps=float(c.eps), entropy_base=float(c.entropy_base))
+    """Keyword arguments for `openrlhf_copo.core.copo_advantages` from the run's args (the mode resolved)."""
+    settings = CopoSettings.from_args(args)
+    kwargs = {f.name: getattr(settings, f.name) for f in fields(CopoSettings) if f.metadata["core"]}
+    return {**kwargs, "mode": resolve_mode(args)}
+
+
+def resume_record(args) -> Dict[str, Any]:
+    """What a resumed run must keep: the estimator and every setting that changes the training math."""
+    settings = CopoSettings.from_args(args)
+    record = {f.name: getattr(settings, f.name) for f in fields(CopoSettings) if f.metadata["resume"]}
+    return {"estimator": args.algo.advantage.estimator, **record, "mode": resolve_mode(args)}
 
 
 def copo_problems(args) -> List[str]:
@@ -115,13 +145,10 @@ def copo_problems(args) -> List[str]:
     if args.train.async_enable:
         problems.append("--train.async_enable is not supported with COPO yet: its rollout batches are filled from a "
                         "queue across policy versions, so the batch-level global advantage is not tested there")
-    c = args.copo
-    if c.eps < 0:
-        problems.append(f"--copo.eps {c.eps} must be >= 0")
-    if not 0 <= c.max_verify_failed <= 1:
-        problems.append(f"--copo.max_verify_failed {c.max_verify_failed} must be a share in [0, 1]")
-    if c.entropy_base <= 0 or c.entropy_base == 1:
-        problems.append(f"--copo.entropy_base {c.entropy_base} must be positive and != 1")
+    for f in fields(CopoSettings):
+        check, value = f.metadata["check"], getattr(args.copo, f.name)
+        if check is not None and not check[0](value):
+            problems.append(f"--copo.{f.name} {value} {check[1]}")
     return problems
 
 
@@ -165,8 +192,7 @@ def check_resume_settings(args, write: bool = True) -> None:
     if not (args.ckpt.load_enable or args.ckpt.save_steps > 0):
         return  # no checkpoint is saved or loaded
     path = os.path.join(args.ckpt.path, RESUME_SETTINGS_FILE)
-    current = {"estimator": args.algo.advantage.estimator,
-               **({**copo_settings(args), "incorrect": args.copo.incorrect} if is_copo(args) else {})}
+    current = resume_record(args) if is_copo(args) else {"estimator": args.algo.advantage.estimator}
     actor_dir = os.path.join(args.ckpt.path, "_actor")
     resuming = args.ckpt.load_enable and os.path.isdir(actor_dir)
     if resuming and write and not complete_checkpoint(actor_dir):
@@ -183,8 +209,10 @@ def check_resume_settings(args, write: bool = True) -> None:
     if resuming and os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
-        if is_copo(args):
-            saved.setdefault("incorrect", "answer")  # recorded since --copo.incorrect exists; its default before
+        if is_copo(args):  # a setting added since that checkpoint was saved: it ran with the default
+            for f in fields(CopoSettings):
+                if f.metadata["resume"]:
+                    saved.setdefault(f.name, f.default)
         if saved != current:
             diff = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(set(saved) | set(current))
                              if saved.get(k) != current.get(k))

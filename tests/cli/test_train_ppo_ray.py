@@ -196,3 +196,19 @@ def test_too_few_samples_for_rho_is_warned_at_start(load_args, capsys):
     assert len(err) == 1 and "w_local never exceeds 4.5e-05" in err[0] and "(log2 2)" in err[0], err
     load_args(copo_argv("--rollout.n_samples_per_prompt", "2", "--copo.mode", "grpo"))  # no blend: nothing to warn
     assert "warning" not in capsys.readouterr().err
+
+
+def test_every_setting_is_a_flag_with_its_declared_default(load_args):
+    """CopoSettings declares each setting once; the parser, the defaults and the resume record come from it."""
+    from dataclasses import fields
+
+    from openrlhf_copo.core import MODES
+    from openrlhf_copo.openrlhf_ext.config import COPO_ESTIMATORS, CopoSettings, resume_record
+
+    args = load_args(copo_argv())
+    assert CopoSettings.from_args(args) == CopoSettings()
+    assert set(vars(args.copo)) == {f.name for f in fields(CopoSettings)}
+    assert set(COPO_ESTIMATORS) == set(MODES) - {"grpo"}
+    record = resume_record(args)
+    assert record == {"estimator": "copo", "mode": "copo", "gamma": 20.0, "rho": 1.5, "zero_control": "prompt",
+                      "incorrect": "answer", "std": "population", "eps": 1e-6, "entropy_base": 2.0}
