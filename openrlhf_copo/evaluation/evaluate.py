@@ -119,18 +119,16 @@ def sample(model: str, benchmarks: Sequence[Benchmark], temperature: float, top_
 
 def score(benchmark: Benchmark, responses: List[List[str]]) -> dict:
     """Every sample's extracted answer, id and correctness, and the benchmark's metrics."""
+    from openrlhf_copo.contract import sample_outcome
     from openrlhf_copo.rewards.answers import extract_answer
     from openrlhf_copo.rewards.math_reward import score_responses
 
     prompts_samples, records = [], []
     for row, outs in zip(benchmark.rows, responses):
         scored = score_responses(outs, [""] * len(outs), [row["label"]] * len(outs))
-        logs = scored["extra_logs"]
         samples = []
         for i, text in enumerate(outs):
-            has = bool(logs["copo_has_answer"][i].item())
-            answer_id = int(logs["copo_answer_id"][i].item()) if has else None
-            correct = bool(logs["copo_correct"][i].item())
+            answer_id, correct = sample_outcome(scored["extra_logs"], i)
             samples.append((answer_id, correct))
             records.append({"prompt_index": len(prompts_samples), "label": row["label"], "response": text,
                             "answer": extract_answer(text), "answer_id": answer_id, "correct": correct})

@@ -6,7 +6,7 @@ advantage must be computed. For COPO estimators this function replaces OpenRLHF'
 
     rewards (+ length penalties) -> [B, G] by prompt  -> copo_advantages(...)
     experience.advantages        = w_local * A_local   on every action token (first clipped term)
-    experience.info["copo_global_adv"] = w_global * A_global  per sample    (second clipped term)
+    experience.info["copo_weighted_global_adv"] = w_global * A_global  per sample  (second clipped term)
 
 The per-sample global term travels in `info`, which OpenRLHF splits, shuffles and collates with
 the samples; `openrlhf_copo.openrlhf_ext.loss` turns it into the second PolicyLoss term.
@@ -19,13 +19,10 @@ from typing import List
 
 import torch
 
+from openrlhf_copo.contract import ANSWER_ID, CORRECT, VERIFY_FAILED, WEIGHTED_GLOBAL_ADV
 from openrlhf_copo.core import copo_advantages
 from openrlhf_copo.openrlhf_ext.config import CopoConfigError, copo_settings
 
-ANSWER_ID_KEY = "copo_answer_id"
-CORRECT_KEY = "copo_correct"
-VERIFY_FAILED_KEY = "copo_verify_failed"
-GLOBAL_ADV_KEY = "copo_global_adv"
 
 
 class RewardCheckError(RuntimeError):
@@ -35,9 +32,9 @@ class RewardCheckError(RuntimeError):
 
 def check_verify_failures(experiences, max_share: float) -> None:
     """Stop (one line) when more than ``max_share`` of the rollout step's verdicts failed."""
-    if not all(VERIFY_FAILED_KEY in exp.info for exp in experiences):
+    if not all(VERIFY_FAILED in exp.info for exp in experiences):
         return  # a reward function without the flag: nothing to check
-    failed = _info_column(experiences, VERIFY_FAILED_KEY).float()
+    failed = _info_column(experiences, VERIFY_FAILED).float()
     n_failed, total = int((failed > 0.5).sum()), int(failed.numel())
     if total and n_failed > max_share * total:
         raise RewardCheckError(
@@ -93,13 +90,13 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
         return out.reshape(-1, n)
 
     rewards = by_prompt(torch.cat([exp.rewards.reshape(-1) for exp in experiences]))
-    answer_ids = by_prompt(_info_column(experiences, ANSWER_ID_KEY).to(torch.int64))
+    answer_ids = by_prompt(_info_column(experiences, ANSWER_ID).to(torch.int64))
     # What "incorrect" means for zero control and the selective ablations (--copo.incorrect): a final
     # answer that is not the label's (paper), or a reward of 0 (released code). They differ under the
     # 0 / 0.1 / 1 format reward, where a formatted wrong answer scores 0.1.
-    has_correct = all(CORRECT_KEY in exp.info for exp in experiences)
+    has_correct = all(CORRECT in exp.info for exp in experiences)
     if args.copo.incorrect == "answer" and has_correct:
-        correct = by_prompt(_info_column(experiences, CORRECT_KEY).float()) > 0.5
+        correct = by_prompt(_info_column(experiences, CORRECT).float()) > 0.5
     else:
         correct = rewards > 0
 
@@ -138,14 +135,14 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
         local = split["w_local_adv"][i].to(torch.float32)
         exp.advantages = local.unsqueeze(1) * mask
         exp.returns = exp.advantages.clone()
-        exp.info[GLOBAL_ADV_KEY] = split["w_global_adv"][i].to(torch.float32)
-        exp.info["return"] = local + exp.info[GLOBAL_ADV_KEY]
+        exp.info[WEIGHTED_GLOBAL_ADV] = split["w_global_adv"][i].to(torch.float32)
+        exp.info["return"] = local + exp.info[WEIGHTED_GLOBAL_ADV]
         for k in columns:
             if k.startswith("copo_") or k == "group_reward_std":
                 exp.info[k] = split[k][i].to(torch.float32)
         for k, v in batch_constants.items():
             exp.info[k] = torch.full((len(exp.index),), float(v))
         # Ids are labels, not metrics: averaging them into the logs would be noise.
-        exp.info.pop(ANSWER_ID_KEY, None)
+        exp.info.pop(ANSWER_ID, None)
         exp.kl = None
     return experiences

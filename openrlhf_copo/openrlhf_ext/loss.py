@@ -32,7 +32,7 @@ class CopoPolicyLoss(torch.nn.Module):
         self.global_advantages = None  # one use: a stale value must never reach the next micro-batch
         if g is None:
             raise RuntimeError(
-                "COPO loss called without the micro-batch's global advantages (experience.info['copo_global_adv']): "
+                "COPO loss called without the micro-batch's global advantages (experience.info['copo_weighted_global_adv']): "
                 "the experience was not made by the COPO advantage step"
             )
         g = g.to(device=advantages.device, dtype=advantages.dtype).reshape(-1, 1)

@@ -27,6 +27,7 @@ import inspect
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from openrlhf_copo.contract import ANSWER_ID, WEIGHTED_GLOBAL_ADV, sample_outcome
 from openrlhf_copo.openrlhf_ext.config import is_copo
 from openrlhf_copo.openrlhf_ext.worker_hook import RAY_WORKER_SETUP_HOOK
 
@@ -86,11 +87,11 @@ def copo_advantages_or_none(maker, experiences):
     run's estimator is not COPO's (OpenRLHF's own code then runs unchanged, on experiences whose answer ids
     are dropped: OpenRLHF would average them into the logged metrics, as noise, when a baseline such as
     train_dapo_baseline.sh uses our reward file)."""
-    from openrlhf_copo.openrlhf_ext.advantages import ANSWER_ID_KEY, copo_compute_advantages_and_returns
+    from openrlhf_copo.openrlhf_ext.advantages import copo_compute_advantages_and_returns
 
     if not is_copo(maker.strategy.args):
         for exp in experiences:
-            exp.info.pop(ANSWER_ID_KEY, None)
+            exp.info.pop(ANSWER_ID, None)
         return None
 
     return copo_compute_advantages_and_returns(maker, experiences)
@@ -106,13 +107,12 @@ def wrap_actor_loss(trainer) -> None:
 
 def before_training_step(trainer, experience) -> None:
     """At the start of `ActorPPOTrainer.training_step`: hand the micro-batch's w_global * A_global to the loss."""
-    from openrlhf_copo.openrlhf_ext.advantages import GLOBAL_ADV_KEY
     from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
 
     if isinstance(trainer.actor_loss_fn, CopoPolicyLoss):
-        g = experience.info.get(GLOBAL_ADV_KEY)
+        g = experience.info.get(WEIGHTED_GLOBAL_ADV)
         if g is None:
-            raise RuntimeError(f"COPO: micro-batch without info['{GLOBAL_ADV_KEY}'] (not made by the COPO advantage step)")
+            raise RuntimeError(f"COPO: micro-batch without info['{WEIGHTED_GLOBAL_ADV}'] (not made by the COPO advantage step)")
         trainer.actor_loss_fn.global_advantages = torch_stack(g)
 
 
@@ -210,7 +210,7 @@ def apply_eval_majority() -> None:
     @functools.wraps(original)
     def compute_eval_metrics(eval_dataloader, samples_list, n_samples_per_prompt):
         logs = original(eval_dataloader, samples_list, n_samples_per_prompt)
-        if samples_list and all("copo_answer_id" in s.info for s in samples_list):
+        if samples_list and all(ANSWER_ID in s.info for s in samples_list):
             logs.update(eval_majority_logs(eval_dataloader, samples_list, n_samples_per_prompt))
         return logs
 
@@ -226,14 +226,11 @@ def eval_majority_logs(eval_dataloader, samples_list, k: int) -> dict:
     for sources, prompts, _labels, _images in eval_dataloader:
         source_of.update(zip(prompts, sources))
     per_source: dict = {}
-    flat = [(s.prompts[0], int(s.info["copo_answer_id"].reshape(-1)[0]),
-             bool(s.info["copo_has_answer"].reshape(-1)[0]) if "copo_has_answer" in s.info else True,
-             bool(s.info["copo_correct"].reshape(-1)[0]) if "copo_correct" in s.info else float(s.rewards) > 0)
-            for s in samples_list]
+    flat = [(s.prompts[0], *sample_outcome(s.info, reward=s.rewards)) for s in samples_list]
     for i in range(0, len(flat) - k + 1, k):
         group = flat[i : i + k]
         per_source.setdefault(source_of.get(group[0][0], "unknown"), []).append(
-            [(aid if has else None, correct) for _, aid, has, correct in group])
+            [(answer_id, correct) for _, answer_id, correct in group])
     logs = {}
     for source, prompts in per_source.items():
         logs[f"eval_{source}_mean{k}"] = mean_at_k(prompts)

@@ -24,9 +24,7 @@ import os
 import re
 from typing import Optional
 
-__all__ = ["extract_answer", "stable_id", "response_text", "model_text", "STOP_TOKENS_ENV", "NO_ANSWER_PREFIX"]
-
-NO_ANSWER_PREFIX = "noanswer:"
+__all__ = ["extract_answer", "stable_id", "response_text", "model_text", "STOP_TOKENS_ENV"]
 
 # ---------------------------------------------------------------------------------------------
 # 1. The response as the model wrote it.

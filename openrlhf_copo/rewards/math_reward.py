@@ -23,7 +23,8 @@ from typing import Dict, List, Sequence
 
 import torch
 
-from openrlhf_copo.rewards.answers import NO_ANSWER_PREFIX, extract_answer, model_text, response_text, stable_id
+from openrlhf_copo import contract
+from openrlhf_copo.rewards.answers import extract_answer, model_text, response_text, stable_id
 from openrlhf_copo.rewards.verifier import get_pool
 
 logger = logging.getLogger("openrlhf_copo.rewards")
@@ -41,8 +42,7 @@ def score_responses(
     response texts with empty ``prompts`` (what `evaluate` passes): both read the same answer."""
     pool = get_pool()
     rewards: List[float] = []
-    logs: Dict[str, List] = {k: [] for k in
-                             ("copo_answer_id", "copo_correct", "copo_has_answer", "copo_verify_failed", "copo_label_error")}
+    logs: Dict[str, List] = {k: [] for k in contract.REWARD_LOGS}
     for query, prompt, label in zip(queries, prompts, labels):
         response = model_text(response_text(query or "", prompt or ""))
         answer = extract_answer(response)
@@ -50,12 +50,6 @@ def score_responses(
         verdict = pool.verify(answer, label) if answer is not None else None
         correct = bool(verdict and verdict.correct)
         failed = verdict is not None and verdict.status != "ok"
-        if answer is None:  # its own answer; white space aside, as decoders differ there
-            key = NO_ANSWER_PREFIX + "".join(response.split())
-        elif verdict is not None and verdict.canon is not None:
-            key = verdict.canon
-        else:  # extracted but unparseable (or timed out): cluster by its text
-            key = "raw:" + "".join(answer.split())
         if failed and verdict.status != "unavailable":  # that one is logged once by the pool
             logger.warning("math-verify %s on answer %.80r (label %.40r): reward 0", verdict.status, answer, label)
         label_error = verdict is not None and not verdict.gold_ok
@@ -67,15 +61,15 @@ def score_responses(
         else:
             reward = 1.0 if correct else 0.0
         rewards.append(reward)
-        logs["copo_answer_id"].append(stable_id(key))
-        logs["copo_correct"].append(float(correct))
-        logs["copo_has_answer"].append(float(answer is not None))
-        logs["copo_verify_failed"].append(float(failed))
-        logs["copo_label_error"].append(float(label_error))
+        logs[contract.ANSWER_ID].append(stable_id(contract.answer_key(answer, verdict and verdict.canon, response)))
+        logs[contract.CORRECT].append(float(correct))
+        logs[contract.HAS_ANSWER].append(float(answer is not None))
+        logs[contract.VERIFY_FAILED].append(float(failed))
+        logs[contract.LABEL_ERROR].append(float(label_error))
 
     reward_t = torch.tensor(rewards, dtype=torch.float32)
-    extra = {k: torch.tensor(v, dtype=torch.int64 if k == "copo_answer_id" else torch.float32) for k, v in logs.items()}
-    return {"rewards": reward_t, "scores": extra["copo_correct"].clone(), "extra_logs": extra}
+    extra = {k: torch.tensor(v, dtype=torch.int64 if k == contract.ANSWER_ID else torch.float32) for k, v in logs.items()}
+    return {"rewards": reward_t, "scores": extra[contract.CORRECT].clone(), "extra_logs": extra}
 
 
 def reward_func(queries, prompts, labels, **kwargs):

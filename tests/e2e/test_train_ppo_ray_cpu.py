@@ -16,7 +16,7 @@ from openrlhf_copo.embedded.models import tiny_qwen2
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 COPO_METRICS = ["copo_entropy", "copo_w_local", "copo_w_global", "copo_signal_grpo", "copo_signal_copo",
-                "copo_global_adv", "copo_loss_local", "copo_loss_global", "policy_loss"]
+                "copo_weighted_global_adv", "copo_loss_local", "copo_loss_global", "policy_loss"]
 
 
 def write_prompts(path: Path, n: int) -> Path:

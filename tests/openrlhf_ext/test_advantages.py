@@ -62,7 +62,7 @@ def test_copo_advantages_reach_each_response(load_args):
         torch.testing.assert_close(exp.advantages, token_value(exp).unsqueeze(1) * exp.action_mask)
         assert exp.kl is None and "copo_answer_id" not in exp.info
     local = per_sample(experiences, token_value)
-    glob = per_sample(experiences, lambda e: e.info["copo_global_adv"])
+    glob = per_sample(experiences, lambda e: e.info["copo_weighted_global_adv"])
     torch.testing.assert_close(local, expected.weighted_local)
     torch.testing.assert_close(glob, expected.weighted_global)
     # all-correct and all-incorrect groups keep a signal through the global term
@@ -108,7 +108,7 @@ def test_global_statistics_span_the_rollout_batch_whatever_the_micro_batch(load_
     for micro in (1, 5, 12):
         maker, experiences = made_experiences(load_args(copo_argv()), micro_batch=micro)
         experiences = maker.compute_advantages_and_returns(experiences)
-        results.append(per_sample(experiences, lambda e: e.info["copo_global_adv"]))
+        results.append(per_sample(experiences, lambda e: e.info["copo_weighted_global_adv"]))
     torch.testing.assert_close(results[0], results[1])
     torch.testing.assert_close(results[0], results[2])
 
@@ -130,7 +130,7 @@ def test_group_norm_is_untouched_by_the_patch(load_args):
     r = torch.tensor(REWARDS, dtype=torch.float32)
     expected = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-9)  # OpenRLHF's group_norm
     torch.testing.assert_close(per_sample(experiences, token_value), expected)
-    assert all("copo_global_adv" not in e.info for e in experiences)
+    assert all("copo_weighted_global_adv" not in e.info for e in experiences)
     # the answer ids of our reward file are labels, not metrics: not logged under other estimators either
     assert all("copo_answer_id" not in e.info for e in experiences)
 

@@ -86,7 +86,7 @@ def test_loss_equals_the_explicit_two_term_formula(load_args, tiny_model_dir):
     # expected advantages straight from the core, matched to the shuffled micro-batch by prompt/answer
     adv = copo_advantages(torch.tensor(MIXED_REWARDS, dtype=torch.float32), torch.tensor(MIXED_IDS))
     a_local = exp.advantages.float()
-    a_global = torch.stack(list(exp.info["copo_global_adv"])).float().view(-1, 1) * mask
+    a_global = torch.stack(list(exp.info["copo_weighted_global_adv"])).float().view(-1, 1) * mask
     assert sorted(a_global.amax(1).add(a_global.amin(1)).tolist()) == pytest.approx(
         sorted(adv.weighted_global.reshape(-1).tolist()), abs=1e-6)
 
@@ -126,6 +126,6 @@ def test_missing_global_advantages_fail_loudly(load_args, tiny_model_dir):
     args = load_args(copo_argv(model=tiny_model_dir))
     _, trainer = build_trainer(args)
     exp = micro_batch(args, trainer, MIXED_REWARDS, MIXED_IDS, old_logprob_shift=0.0)
-    exp.info.pop("copo_global_adv")
-    with pytest.raises(RuntimeError, match="copo_global_adv"):
+    exp.info.pop("copo_weighted_global_adv")
+    with pytest.raises(RuntimeError, match="copo_weighted_global_adv"):
         trainer.training_step(exp, kl_ctl=0.0, step=0)

@@ -1,0 +1,70 @@
+"""What passes from the reward to the advantage step, the loss and the metrics: its keys and rules, in one place.
+
+    reward file (rewards/math_reward.py)    extra_logs[REWARD_LOGS], one number per response
+      -> OpenRLHF                          copies each into experience.info[key]
+      -> advantage step (openrlhf_ext/advantages.py)
+                                           reads ANSWER_ID (consistency entropy), CORRECT (zero control),
+                                           VERIFY_FAILED (stops a step of failed checks); writes
+                                           experience.advantages = w_local * A_local and
+                                           info[WEIGHTED_GLOBAL_ADV] = w_global * A_global
+      -> loss (openrlhf_ext/loss.py)       PolicyLoss(advantages) + PolicyLoss(info[WEIGHTED_GLOBAL_ADV])
+    in-training eval (openrlhf_ext/patches.py) and `evaluate` read a response's outcome with `sample_outcome`.
+
+Pure Python: the reward's worker processes, the driver and the actors all import it.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional, Tuple
+
+#: int64 id of the response's final answer; equal ids = equivalent answers (the consistency entropy's input).
+ANSWER_ID = "copo_answer_id"
+#: 1.0 if the final answer is equivalent to the label.
+CORRECT = "copo_correct"
+#: 1.0 if a final answer was extracted at all.
+HAS_ANSWER = "copo_has_answer"
+#: 1.0 if the check could not be made (math-verify timed out, crashed, or cannot start): reward 0 by default.
+VERIFY_FAILED = "copo_verify_failed"
+#: 1.0 if math-verify cannot read the label.
+LABEL_ERROR = "copo_label_error"
+#: What a COPO reward function returns in `extra_logs`, in this order.
+REWARD_LOGS = (ANSWER_ID, CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR)
+
+#: w_global * A_global of each response: the advantage of the loss's second PolicyLoss term.
+WEIGHTED_GLOBAL_ADV = "copo_weighted_global_adv"
+
+#: Prefix of the answer key of a response without an extractable answer (its own text follows).
+NO_ANSWER_PREFIX = "noanswer:"
+
+
+def answer_key(answer: Optional[str], canonical: Optional[str], response: str) -> str:
+    """The string whose hash is a response's ANSWER_ID.
+
+    - an answer math-verify could read: its canonical form (equal for equivalent answers);
+    - an answer it could not read (or that timed out): the answer's text without white space;
+    - no extractable answer: the response itself, white space aside, so that G rambling responses count
+      as G different answers (high entropy, local optimization), as in the released code.
+    """
+    if answer is None:
+        return NO_ANSWER_PREFIX + "".join(response.split())
+    if canonical is not None:
+        return canonical
+    return "raw:" + "".join(answer.split())
+
+
+def _item(values, i: int):
+    """Element ``i`` of a tensor (any shape, flattened), a list, or a number."""
+    if hasattr(values, "reshape"):
+        return values.reshape(-1)[i].item()
+    if isinstance(values, (list, tuple)):
+        return _item(values[i], 0) if hasattr(values[i], "reshape") else values[i]
+    return values
+
+
+def sample_outcome(values: Mapping, i: int = 0, reward=None) -> Tuple[Optional[int], bool]:
+    """(answer id, or None when the response has no answer; correct) of response ``i``, from a reward
+    function's `extra_logs` or an experience's `info`. Without CORRECT, a positive ``reward`` counts as correct."""
+    has_answer = bool(_item(values[HAS_ANSWER], i)) if HAS_ANSWER in values else True
+    answer_id = int(_item(values[ANSWER_ID], i)) if has_answer else None
+    correct = bool(_item(values[CORRECT], i)) if CORRECT in values else float(reward) > 0
+    return answer_id, correct

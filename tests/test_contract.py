@@ -1,0 +1,25 @@
+"""openrlhf_copo.contract: the answer-key rule and the sample adapter shared by training, in-training eval and evaluate."""
+
+import torch
+
+from openrlhf_copo.contract import ANSWER_ID, CORRECT, HAS_ANSWER, REWARD_LOGS, answer_key, sample_outcome
+
+
+def test_answer_key_rule():
+    assert answer_key("0.5", "num:1/2", "... Answer: 0.5") == "num:1/2"  # read by math-verify: by value
+    assert answer_key("\\weird {x", None, "...") == "raw:\\weird{x"  # unreadable: by its text
+    # no answer: the response itself, white space aside (decoders differ there)
+    assert answer_key(None, None, "I am  not\nsure") == answer_key(None, None, "I am not sure") == "noanswer:Iamnotsure"
+    assert answer_key(None, None, "a") != answer_key(None, None, "b")
+
+
+def test_sample_outcome_from_reward_logs_and_experience_info():
+    logs = {ANSWER_ID: torch.tensor([11, 22], dtype=torch.int64), CORRECT: torch.tensor([1.0, 0.0]),
+            HAS_ANSWER: torch.tensor([1.0, 0.0])}
+    assert sample_outcome(logs, 0) == (11, True)
+    assert sample_outcome(logs, 1) == (None, False)  # no answer: no vote in maj@k
+    # an experience's info after OpenRLHF's collate: a list of 0-d tensors; or one [1] tensor
+    info = {ANSWER_ID: [torch.tensor(2**62 + 1)], CORRECT: [torch.tensor(1.0)]}
+    assert sample_outcome(info) == (2**62 + 1, True)  # int64 ids stay exact
+    assert sample_outcome({ANSWER_ID: torch.tensor([5])}, reward=torch.tensor([0.0])) == (5, False)
+    assert REWARD_LOGS[0] == ANSWER_ID
