@@ -7,26 +7,37 @@ import sys
 from pathlib import Path
 
 import openrlhf
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PATCHES = sorted((REPO / "patches").glob("*.patch"))
 
 
-def test_patches_apply_and_the_estimator_tests_pass_on_the_fork(tmp_path):
+@pytest.fixture(scope="module")
+def fork(tmp_path_factory):
+    """A copy of the installed openrlhf 0.11.2 with patches/ applied."""
     assert len(PATCHES) == 3
-    fork = tmp_path / "fork"
+    fork = tmp_path_factory.mktemp("fork")
     shutil.copytree(Path(openrlhf.__file__).parent, fork / "openrlhf",
                     ignore=shutil.ignore_patterns("__pycache__"))
     for patch in PATCHES:
         out = subprocess.run(["git", "apply", "--verbose", str(patch)], cwd=fork, capture_output=True, text=True)
         assert out.returncode == 0, f"{patch.name} does not apply to openrlhf 0.11.2: {out.stderr}"
+    return fork
+
+
+def fork_env(fork):
+    return {**os.environ, "PYTHONPATH": f"{fork}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "OPENRLHF_COPO_FORK_UNDER_TEST": str(fork)}
+
+
+def test_patches_apply_and_the_estimator_tests_pass_on_the_fork(fork):
     # only glue: every added line is a comment, an import of openrlhf_copo, or a call into it
     added = [line[1:].strip() for p in PATCHES for line in p.read_text().splitlines()
              if line.startswith("+") and not line.startswith("+++")]
     assert not any("torch." in line or "sigmoid" in line or "std(" in line for line in added), added
 
-    env = {**os.environ, "PYTHONPATH": f"{fork}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "OPENRLHF_COPO_FORK_UNDER_TEST": str(fork)}
+    env = fork_env(fork)
     tests = ["tests/openrlhf_ext/test_advantages.py", "tests/openrlhf_ext/test_training_step.py",
              "tests/cli/test_train_ppo_ray.py::test_paper_defaults",
              "tests/cli/test_train_ppo_ray.py::test_bad_settings_are_refused_with_one_line"]
@@ -34,3 +45,19 @@ def test_patches_apply_and_the_estimator_tests_pass_on_the_fork(tmp_path):
                          env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert " passed" in out.stdout.splitlines()[-1] and "failed" not in out.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize("extra, reason", [
+    (["--copo.eps", "-1"], "--copo.eps -1.0 must be >= 0"),  # refusal
+    (["--rollout.n_samples_per_prompt", "2"], "does not exist"),  # preflight: the model folder
+])
+def test_the_forks_own_main_runs_the_same_driver_steps(fork, tmp_path, extra, reason):
+    """`python -m openrlhf.cli.train_ppo_ray` of the fork: the CLI's refusals and preflight, as one argparse error."""
+    from tests_support import copo_argv
+
+    argv = copo_argv(model=str(tmp_path / "no-such-model")) + extra
+    out = subprocess.run([sys.executable, "-m", "openrlhf.cli.train_ppo_ray", *argv], cwd=tmp_path,
+                         env=fork_env(fork), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert reason in out.stderr.strip().splitlines()[-1], out.stderr[-2000:]
+    assert "Traceback" not in out.stderr

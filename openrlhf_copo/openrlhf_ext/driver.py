@@ -1,0 +1,154 @@
+"""The driver's part of a COPO run: one ordered list of steps, wherever OpenRLHF's main runs.
+
+Two entry points run the very same steps:
+
+- `python -m openrlhf_copo.cli.train_ppo_ray` runs OpenRLHF's *unmodified* `train_ppo_ray` main under
+  `openrlhf_main_hooks`, which calls the steps from three points of that main: its parser, its
+  `hierarchize`, and its `ray.init` (plus `ray.is_initialized`, to stop before training in `load_args`);
+- a fork carrying `patches/train_ppo_ray.patch` calls `extend_openrlhf_parser`, `after_parse` and
+  `ray_init_kwargs` from its own source.
+
+Steps, in order:
+
+    parser        extend_openrlhf_parser: COPO estimators, the --advantage_estimator alias, --copo.* flags
+    after_parse   1. refusals (copo_problems)              one line, the run does not start
+                  2. warnings (copo_warnings)              printed, the run goes on
+                  3. openrlhf version and signatures       fails early on an unsupported openrlhf
+                  4. resume guard (check_resume_settings)  a checkpoint resumes with its own settings
+                  5. preflight                             model folder, data files, rows, labels
+                  6. CPU path, where there is no CUDA      (CLI only: it must be set up before `import ray`)
+    ray.init      ray_init_kwargs: the worker hook (patches in every worker, no CUDA touched), the actor
+                  tokenizer's stop tokens for the reward, the CPU path's local cluster
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+
+from openrlhf_copo.openrlhf_ext import cpu, patches
+from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
+                                               copo_warnings, estimator_action, extend_openrlhf_parser, is_copo)
+from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
+
+__all__ = ["DriverError", "extend_openrlhf_parser", "after_parse", "ray_init_kwargs", "openrlhf_main_hooks"]
+
+
+class DriverError(ValueError):
+    """A reason the run cannot start, in one line (the CLI prints it; a fork hands it to `parser.error`)."""
+
+
+def after_parse(args, *, check_inputs: bool = True, cpu_path: bool = False, warn=None) -> None:
+    """Steps 1-6, right after OpenRLHF hierarchized the flags. Raises `DriverError`.
+
+    ``check_inputs`` off skips the resume guard and the preflight (`load_args`: no files are read or written);
+    ``cpu_path``: this driver takes the CPU path (the CLI on a machine without CUDA)."""
+    problems = copo_problems(args)
+    if problems:
+        raise DriverError(problems[0])
+    for warning in copo_warnings(args):
+        (warn or _print_warning)(warning)
+    if is_copo(args):
+        try:
+            patches.apply()  # in the driver too: an unsupported openrlhf fails here, not in a worker
+        except patches.OpenRLHFVersionError as e:
+            raise DriverError(str(e)) from None
+    if check_inputs:
+        try:
+            check_resume_settings(args)
+            preflight(args)
+        except (CopoConfigError, PreflightError) as e:
+            raise DriverError(str(e)) from None
+    if cpu_path:
+        problems = cpu.cpu_problems(args)
+        if problems:
+            raise DriverError(f"no CUDA device, so this runs on the CPU path, where {problems[0]}")
+        cpu.apply()
+
+
+def ray_init_kwargs(args, kwargs: dict, *, cpu_path: bool = False) -> dict:
+    """OpenRLHF's `ray.init` arguments plus COPO's: the worker hook, the stop tokens, the CPU cluster."""
+    kwargs = dict(kwargs)
+    try:
+        kwargs["runtime_env"] = patches.with_worker_hook(kwargs.get("runtime_env"))
+    except RuntimeError as e:
+        raise DriverError(str(e)) from None
+    _add_stop_tokens(kwargs["runtime_env"], args)
+    if cpu_path:
+        kwargs = cpu.ray_init_kwargs(args, kwargs)
+    return kwargs
+
+
+def _print_warning(message: str) -> None:
+    print(f"openrlhf_copo: warning: {message}", file=sys.stderr)
+
+
+def _add_stop_tokens(runtime_env: dict, args) -> None:
+    """The reward reads responses up to the first end-of-turn token; beyond the common chat templates'
+    it knows, it learns the actor tokenizer's own from this variable, set for every worker."""
+    from openrlhf_copo.rewards.answers import STOP_TOKENS_ENV, tokenizer_stop_tokens
+
+    model = getattr(getattr(args, "actor", None), "model_name_or_path", None)
+    env_vars = runtime_env.setdefault("env_vars", {})
+    if not model or STOP_TOKENS_ENV in env_vars:
+        return
+    try:
+        env_vars[STOP_TOKENS_ENV] = json.dumps(tokenizer_stop_tokens(model))
+    except Exception as e:  # the built-in list still applies; say so rather than stop here
+        _print_warning(f"could not read the stop tokens of {model}'s tokenizer ({type(e).__name__}); the reward "
+                       "cuts responses at the common chat templates' end-of-turn tokens only")
+
+
+class StopBeforeTraining(Exception):
+    """Raised where OpenRLHF's `train(args)` begins, when the caller only wants the args."""
+
+
+@contextlib.contextmanager
+def openrlhf_main_hooks(captured: dict, *, stop_before_training: bool, cpu_path: bool, prog: str, warn=None):
+    """Run the steps from inside OpenRLHF's unmodified main: its parser gets the COPO flags, its
+    `hierarchize` runs `after_parse`, its `ray.init` gets `ray_init_kwargs`. ``captured`` receives the
+    parser and the args. Everything is restored on exit."""
+    import ray
+
+    import openrlhf.utils.config as orl_config
+
+    original_parse_args = argparse.ArgumentParser.parse_args
+    original_hierarchize = orl_config.hierarchize
+    original_init = ray.init
+    original_is_initialized = ray.is_initialized
+
+    def parse_args(self, args=None, namespace=None):
+        if "parser" not in captured and estimator_action(self) is not None:
+            self.prog = prog
+            extend_openrlhf_parser(self)
+            captured["parser"] = self
+        return original_parse_args(self, args, namespace)
+
+    def hierarchize(flat):
+        nested = original_hierarchize(flat)
+        if "parser" in captured and "args" not in captured:
+            captured["args"] = nested
+            after_parse(nested, check_inputs=not stop_before_training, cpu_path=cpu_path, warn=warn)
+        return nested
+
+    def init(*args, **kwargs):
+        return original_init(*args, **ray_init_kwargs(captured["args"], kwargs, cpu_path=cpu_path))
+
+    def is_initialized():
+        if stop_before_training and "args" in captured:
+            raise StopBeforeTraining()  # train(args) starts here
+        return original_is_initialized()
+
+    argparse.ArgumentParser.parse_args = parse_args
+    orl_config.hierarchize = hierarchize
+    ray.init = init
+    ray.is_initialized = is_initialized
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.parse_args = original_parse_args
+        orl_config.hierarchize = original_hierarchize
+        ray.init = original_init
+        ray.is_initialized = original_is_initialized
