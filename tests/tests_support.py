@@ -78,3 +78,78 @@ def make_rollout(rewards, answer_ids, prompt_len: int = 3, seed: int = 0):
                       "copo_correct": torch.tensor([float(r >= 1)])},
             ))
     return samples
+
+
+# ---------------------------------------------------------------------------------------------
+# The actor's real training step, shared by the CPU tests (tests/openrlhf_ext/test_training_step.py) and the
+# GPU suite (tests/gpu/).
+
+EPS_CLIP = 0.2
+
+
+class _PadTokenizer:
+    pad_token_id = 0
+
+
+def build_trainer(args):
+    """What PolicyModelActor.init_model_from_pretrained does, minus Ray: a real Actor in a real DeepSpeed engine."""
+    from openrlhf.models import Actor
+    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+    from openrlhf.utils import get_strategy
+
+    strategy = get_strategy(args)
+    strategy.setup_distributed()
+    actor = Actor(args.actor.model_name_or_path, attn_implementation=args.ds.attn_implementation,
+                  param_dtype=args.ds.param_dtype, ds_config=strategy.get_ds_train_config())
+    cfg = dict(optim=args.actor.optim, muon=vars(args.actor.muon), adam=vars(args.actor.adam),
+               lr_scheduler=args.actor.lr_scheduler, lr_warmup_ratio=args.actor.lr_warmup_ratio,
+               min_lr_ratio=args.actor.min_lr_ratio, max_norm=args.actor.max_norm, scheduler_steps=10)
+    model, optim, scheduler = strategy.prepare((actor, cfg))
+    trainer = ActorPPOTrainer(strategy, model, ema_model=None, actor_optim=optim, actor_scheduler=scheduler,
+                              micro_train_batch_size=args.train.micro_batch_size, tokenizer=None,
+                              eps_clip=args.actor.eps_clip, vllm_engines=None)
+    return strategy, trainer
+
+
+def micro_batch(args, trainer, rewards, ids, old_logprob_shift, device="cpu"):
+    """Rollout -> patched advantages -> OpenRLHF's replay buffer -> one collated micro-batch (on ``device``)."""
+    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+    from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+
+    maker = RemoteExperienceMaker(None, None, None, None, FixedKLController(0.0), trainer.strategy,
+                                  tokenizer=_PadTokenizer())
+    experiences = maker.split_rollout_samples(make_rollout(rewards, ids))
+    with torch.no_grad():
+        for exp in experiences:
+            exp.to_device(torch.device(device))
+            logp = trainer.actor(exp.sequences, exp.action_mask, attention_mask=exp.attention_mask)
+            # an "old policy" that differs from the current one, so that some ratios get clipped
+            steps = torch.arange(logp.numel(), dtype=torch.float32, device=logp.device)
+            shift = old_logprob_shift * torch.sin(steps).view_as(logp)
+            exp.action_log_probs = (logp.float() + shift) * exp.action_mask
+            exp.base_action_log_probs = None
+            exp.kl = torch.zeros_like(exp.action_log_probs)
+    experiences = maker.compute_advantages_and_returns(experiences)
+    for exp in experiences:
+        exp.to_device(torch.device("cpu"))  # as OpenRLHF hands them to the actor
+        trainer.replay_buffer.append(exp)
+    items = list(trainer.replay_buffer.items)
+    trainer.replay_buffer.clear()
+    return trainer.replay_buffer.collate_fn(items).to_device(torch.device(device))  # as ActorPPOTrainer.ppo_train
+
+
+def clipped_term(logp, old, adv, mask):
+    """-min(r A, clip(r) A), token-mean over the micro-batch: written out, not OpenRLHF's code."""
+    ratio = torch.exp(logp - old)
+    surr = torch.minimum(ratio * adv, ratio.clamp(1 - EPS_CLIP, 1 + EPS_CLIP) * adv)
+    return -(surr * mask).sum() / mask.sum()
+
+
+def params_snapshot(trainer):
+    return [p.detach().float().clone() for p in trainer.actor.model.parameters()]
+
+
+MIXED_REWARDS = [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0], [1, 0, 0, 0]]
+MIXED_IDS = [[7, 7, 7, 7], [3, 3, 4, 4], [7, 5, 7, 6], [7, 1, 2, 3]]
+
+

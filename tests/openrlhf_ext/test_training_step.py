@@ -3,76 +3,12 @@
 import pytest
 import torch
 
-from openrlhf.models import Actor
-from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
-from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
-from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
-from openrlhf.utils import get_strategy
-
 from openrlhf_copo.core import copo_advantages
 from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
-from tests_support import copo_argv, make_rollout
+from tests_support import (MIXED_IDS, MIXED_REWARDS, build_trainer, clipped_term, copo_argv, micro_batch,
+                           params_snapshot)
 
 pytestmark = pytest.mark.usefixtures("copo_patched", "gloo_world", "cpu_path")
-
-EPS_CLIP = 0.2
-
-
-class _PadTokenizer:
-    pad_token_id = 0
-
-
-def build_trainer(args):
-    """What PolicyModelActor.init_model_from_pretrained does, minus Ray: a real Actor in a real DeepSpeed engine."""
-    strategy = get_strategy(args)
-    strategy.setup_distributed()
-    actor = Actor(args.actor.model_name_or_path, attn_implementation=args.ds.attn_implementation,
-                  param_dtype=args.ds.param_dtype, ds_config=strategy.get_ds_train_config())
-    cfg = dict(optim=args.actor.optim, muon=vars(args.actor.muon), adam=vars(args.actor.adam),
-               lr_scheduler=args.actor.lr_scheduler, lr_warmup_ratio=args.actor.lr_warmup_ratio,
-               min_lr_ratio=args.actor.min_lr_ratio, max_norm=args.actor.max_norm, scheduler_steps=10)
-    model, optim, scheduler = strategy.prepare((actor, cfg))
-    trainer = ActorPPOTrainer(strategy, model, ema_model=None, actor_optim=optim, actor_scheduler=scheduler,
-                              micro_train_batch_size=args.train.micro_batch_size, tokenizer=None,
-                              eps_clip=args.actor.eps_clip, vllm_engines=None)
-    return strategy, trainer
-
-
-def micro_batch(args, trainer, rewards, ids, old_logprob_shift):
-    """Rollout -> patched advantages -> OpenRLHF's replay buffer -> one collated micro-batch."""
-    maker = RemoteExperienceMaker(None, None, None, None, FixedKLController(0.0), trainer.strategy,
-                                  tokenizer=_PadTokenizer())
-    experiences = maker.split_rollout_samples(make_rollout(rewards, ids))
-    with torch.no_grad():
-        for exp in experiences:
-            logp = trainer.actor(exp.sequences, exp.action_mask, attention_mask=exp.attention_mask)
-            # an "old policy" that differs from the current one, so that some ratios get clipped
-            shift = old_logprob_shift * torch.sin(torch.arange(logp.numel(), dtype=torch.float32)).view_as(logp)
-            exp.action_log_probs = (logp.float() + shift) * exp.action_mask
-            exp.base_action_log_probs = None
-            exp.kl = torch.zeros_like(exp.action_log_probs)
-    experiences = maker.compute_advantages_and_returns(experiences)
-    for exp in experiences:
-        trainer.replay_buffer.append(exp)
-    items = list(trainer.replay_buffer.items)
-    trainer.replay_buffer.clear()
-    return trainer.replay_buffer.collate_fn(items)
-
-
-def clipped_term(logp, old, adv, mask):
-    """-min(r A, clip(r) A), token-mean over the micro-batch: written out, not OpenRLHF's code."""
-    ratio = torch.exp(logp - old)
-    surr = torch.minimum(ratio * adv, ratio.clamp(1 - EPS_CLIP, 1 + EPS_CLIP) * adv)
-    return -(surr * mask).sum() / mask.sum()
-
-
-def params_snapshot(trainer):
-    return [p.detach().float().clone() for p in trainer.actor.model.parameters()]
-
-
-MIXED_REWARDS = [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0], [1, 0, 0, 0]]
-MIXED_IDS = [[7, 7, 7, 7], [3, 3, 4, 4], [7, 5, 7, 6], [7, 1, 2, 3]]
-
 
 def test_loss_equals_the_explicit_two_term_formula(load_args, tiny_model_dir):
     args = load_args(copo_argv(model=tiny_model_dir))

@@ -1,0 +1,3 @@
+from vllm import unavailable
+
+PyNcclCommunicator = unavailable("vllm.distributed.device_communicators.pynccl.PyNcclCommunicator")

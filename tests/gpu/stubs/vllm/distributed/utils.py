@@ -1,0 +1,3 @@
+from vllm import unavailable
+
+StatelessProcessGroup = unavailable("vllm.distributed.utils.StatelessProcessGroup")

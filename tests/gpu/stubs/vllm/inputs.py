@@ -1,0 +1,3 @@
+from vllm import unavailable
+
+TokensPrompt = unavailable("vllm.inputs.TokensPrompt")
