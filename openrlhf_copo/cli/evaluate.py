@@ -22,6 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top_p", type=float, default=1.0)
     p.add_argument("--max_tokens", type=int, default=2048)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--answer_rule", choices=("strict", "last_number"), default="strict",
+                   help="strict: \\boxed{} / 'Answer:' / 'the answer is' (math_reward.py); last_number: else the last "
+                        "number written (math_last_number_reward.py). Use the rule the run was trained with")
     p.add_argument("--out", type=Path, default=Path("eval"), help="directory for results.json and table.md")
     return p
 
@@ -35,7 +38,8 @@ def main(argv=None) -> int:
         return 2
     try:
         benchmarks = [parse_benchmark(s, args.k) for s in args.benchmark]
-        evaluate(args.model, benchmarks, args.out, args.temperature, args.top_p, args.max_tokens, args.seed, args.name)
+        evaluate(args.model, benchmarks, args.out, args.temperature, args.top_p, args.max_tokens, args.seed, args.name,
+                 answer_rule=args.answer_rule)
     except EvalInputError as e:
         print(f"evaluate: error: {e}", file=sys.stderr)
         return 2

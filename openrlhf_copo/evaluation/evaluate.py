@@ -117,7 +117,11 @@ def sample(model: str, benchmarks: Sequence[Benchmark], temperature: float, top_
     return out
 
 
-def score(benchmark: Benchmark, responses: List[List[str]]) -> dict:
+#: `--answer_rule`: how a final answer is read, as the training reward read it.
+ANSWER_RULES = ("strict", "last_number")
+
+
+def score(benchmark: Benchmark, responses: List[List[str]], answer_rule: str = "strict") -> dict:
     """Every sample's extracted answer, id and correctness, and the benchmark's metrics."""
     from openrlhf_copo.contract import sample_outcome
     from openrlhf_copo.rewards.answers import extract_answer
@@ -125,13 +129,14 @@ def score(benchmark: Benchmark, responses: List[List[str]]) -> dict:
 
     prompts_samples, records = [], []
     for row, outs in zip(benchmark.rows, responses):
-        scored = score_responses(outs, [""] * len(outs), [row["label"]] * len(outs))
+        last_number = answer_rule == "last_number"
+        scored = score_responses(outs, [""] * len(outs), [row["label"]] * len(outs), last_number=last_number)
         samples = []
         for i, text in enumerate(outs):
             answer_id, correct = sample_outcome(scored["extra_logs"], i)
             samples.append((answer_id, correct))
             records.append({"prompt_index": len(prompts_samples), "label": row["label"], "response": text,
-                            "answer": extract_answer(text), "answer_id": answer_id, "correct": correct})
+                            "answer": extract_answer(text, last_number=last_number), "answer_id": answer_id, "correct": correct})
         prompts_samples.append(samples)
     k = benchmark.k
     metrics = {
@@ -181,16 +186,18 @@ def markdown_table(all_results: Dict[str, Dict[str, dict]]) -> str:
 
 
 def evaluate(models: Sequence[str], benchmarks: Sequence[Benchmark], out_dir: Path, temperature: float = 1.0,
-             top_p: float = 1.0, max_tokens: int = 2048, seed: int = 0, names: Optional[Sequence[str]] = None) -> dict:
+             top_p: float = 1.0, max_tokens: int = 2048, seed: int = 0, names: Optional[Sequence[str]] = None,
+             answer_rule: str = "strict") -> dict:
     """Evaluate each model on every benchmark; write `results.json` and `table.md` into ``out_dir``."""
     resolved = [resolve_model(m) for m in models]  # fail on a missing checkpoint before any sampling
     names = list(names or models)
     all_results: Dict[str, Dict[str, dict]] = {}
     for name, model in zip(names, resolved):
         responses = sample(model, benchmarks, temperature, top_p, max_tokens, seed)
-        all_results[name] = {b.name: score(b, responses[b.name]) for b in benchmarks}
+        all_results[name] = {b.name: score(b, responses[b.name], answer_rule) for b in benchmarks}
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {"settings": {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "seed": seed,
+                            "answer_rule": answer_rule,
                             "models": dict(zip(names, resolved)),
                             "benchmarks": {b.name: {"path": str(b.path), "k": b.k} for b in benchmarks}},
                "results": all_results}

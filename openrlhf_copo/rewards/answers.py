@@ -94,6 +94,9 @@ def model_text(response: str) -> str:
 # "**Answer:** 12", "**Final Answer**: 12", "Compute: 6*7. Answer: 42".
 _ANSWER_COLON = re.compile(r"answer\s*(?:\*\*|__)?\s*[:\uff1a]", re.IGNORECASE)
 _ANSWER_IS = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*[:\uff1a]?\s*([^\n]+)", re.IGNORECASE)
+# The "final number" rule (lm-eval's flexible extract), an option for models that follow no answer format:
+# the last number written, with thousands separators, decimals or a fraction.
+_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+)?")
 # Longest answer we consider: a longer "answer" is not a final answer, and math-verify's
 # parsing time grows with length.
 MAX_ANSWER_CHARS = 512
@@ -149,7 +152,7 @@ def _clean(ans: str) -> str:
     return ans
 
 
-def extract_answer(response: str) -> Optional[str]:
+def extract_answer(response: str, *, last_number: bool = False) -> Optional[str]:
     """The final answer of a response, or None when it has none. THE rule, for training, in-training
     evaluation and `evaluate` alike.
 
@@ -159,6 +162,9 @@ def extract_answer(response: str) -> Optional[str]:
        "the answer is ...".
     3. Strip markdown emphasis, `$`/`\\(`/`\\[` delimiters and a final period. Empty or over-long
        (> MAX_ANSWER_CHARS) candidates count as no answer.
+
+    With ``last_number`` (the reward option `math_last_number_reward.py`, `evaluate --answer_rule
+    last_number`), a response that has none of the forms of step 2 answers with its last number.
     """
     if not response:
         return None
@@ -176,6 +182,10 @@ def extract_answer(response: str) -> Optional[str]:
         said = _ANSWER_IS.findall(response)
         if said:
             candidate = said[-1]
+    if candidate is None and last_number:
+        numbers = _NUMBER.findall(response)
+        if numbers:
+            candidate = numbers[-1]
     if candidate is None:
         return None
     candidate = _clean(candidate)

@@ -34,18 +34,20 @@ FORMAT_REWARD = (0.0, 0.1, 1.0)
 
 
 def score_responses(
-    queries: Sequence[str], prompts: Sequence[str], labels: Sequence[str], format_reward: bool = False
+    queries: Sequence[str], prompts: Sequence[str], labels: Sequence[str], format_reward: bool = False,
+    last_number: bool = False,
 ) -> Dict[str, object]:
     """Rewards and COPO extra logs for a batch of (query, prompt, label).
 
     ``queries`` are what OpenRLHF passes (prompt + response, decoded with special tokens) or plain
-    response texts with empty ``prompts`` (what `evaluate` passes): both read the same answer."""
+    response texts with empty ``prompts`` (what `evaluate` passes): both read the same answer.
+    ``last_number``: a response without a boxed / "Answer:" / "the answer is" answer answers with its last number."""
     pool = get_pool()
     rewards: List[float] = []
     logs: Dict[str, List] = {k: [] for k in contract.REWARD_LOGS}
     for query, prompt, label in zip(queries, prompts, labels):
         response = model_text(response_text(query or "", prompt or ""))
-        answer = extract_answer(response)
+        answer = extract_answer(response, last_number=last_number)
         label = "" if label is None else str(label)
         verdict = pool.verify(answer, label) if answer is not None else None
         correct = bool(verdict and verdict.correct)

@@ -116,3 +116,18 @@ def test_paper_k_defaults(tmp_path):
     assert parse_benchmark(f"aime24={data}").k == 64
     assert parse_benchmark(f"math500={data}").k == 8
     assert parse_benchmark(f"gsm8k={data}:16").k == 16
+
+
+def test_the_answer_rule_matches_the_training_reward():
+    """`--answer_rule last_number` scores as math_last_number_reward.py trains; `strict` as math_reward.py."""
+    from openrlhf_copo.evaluation.evaluate import Benchmark, score
+
+    bench = Benchmark("b", Path("b.jsonl"), 3, [{"prompt": "5 + 7?", "label": "12"}])
+    outs = [["5 + 7 = 12", "\\boxed{12}", "it is 13"]]
+    strict = score(bench, outs)["samples"]
+    last = score(bench, outs, "last_number")["samples"]
+    assert [s["correct"] for s in strict] == [False, True, False]
+    assert [s["correct"] for s in last] == [True, True, False]
+    assert [s["answer"] for s in last] == ["12", "12", "13"]
+    assert last[0]["answer_id"] == last[1]["answer_id"] == strict[1]["answer_id"]
+    assert strict[0]["answer_id"] is None  # no answer under the strict rule: no vote in maj@k

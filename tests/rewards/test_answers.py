@@ -127,3 +127,21 @@ def test_stable_id_is_the_same_in_another_process():
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": "123"})
     assert int(other.stdout) == stable_id("expr:Symbol('x')")
+
+
+@pytest.mark.parametrize("response, expected", [
+    ("3 + 4 = 7<|im_end|>", "7"),
+    ("so 6 times 7 is 42.", "42"),
+    ("The total is 1,000 apples", "1,000"),
+    ("half of it: 3/4 of the cake", "3/4"),
+    ("-5 degrees, then -12", "-12"),
+    ("nothing numeric", None),
+    ("Answer: 5, not 9", "5, not 9"),  # a stated answer still wins over the last number
+    ("\\boxed{8} and 9 more", "8"),
+])
+def test_the_final_number_rule(response, expected):
+    assert extract_answer(response, last_number=True) == expected
+
+
+def test_the_final_number_rule_is_off_by_default():
+    assert extract_answer("so 6 times 7 is 42.") is None

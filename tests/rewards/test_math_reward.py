@@ -131,3 +131,16 @@ def test_killed_worker_gives_reward_zero_not_a_hang():
         assert pool.verify("\\sqrt{9}", "3").correct  # a failure is not cached; a fresh worker answers
     finally:
         pool.close()
+
+
+def test_the_last_number_reward_option(reward_func):
+    """math_last_number_reward.py: the final-number rule as a last resort; same ids as the strict file."""
+    last = load_by_path(Path(rewards_pkg.__file__).parent / "math_last_number_reward.py")
+    prompt = "<|im_start|>user\nWhat is 5 + 7?<|im_end|>\n<|im_start|>assistant\n"
+    bare = [prompt + "5 + 7 = 12<|im_end|>"]
+    boxed = [prompt + "\\boxed{12}<|im_end|>"]
+    assert last(bare, [prompt], ["12"])["rewards"].tolist() == [1.0]
+    assert reward_func(bare, [prompt], ["12"])["rewards"].tolist() == [0.0]  # strict: no answer in that form
+    assert last(bare, [prompt], ["12"])["extra_logs"]["copo_answer_id"].item() == \
+        reward_func(boxed, [prompt], ["12"])["extra_logs"]["copo_answer_id"].item()
+    assert last([prompt + "5 + 7 = 13<|im_end|>"], [prompt], ["12"])["rewards"].tolist() == [0.0]
