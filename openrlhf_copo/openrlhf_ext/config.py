@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
 from openrlhf_copo.core import MODES, STDS, ZERO_CONTROLS
+from openrlhf_copo.openrlhf_ext.cpu import extend_parser as cpu_extend_parser
 
 #: `--copo.incorrect`: a response is incorrect when its answer is not the label's, or when its reward is 0.
 INCORRECT_RULES = ("answer", "reward")
@@ -67,8 +68,12 @@ class CopoSettings:
                                              "checks failed (math-verify timed out, crashed, or cannot start on the "
                                              "reward node), instead of training on their zero rewards",
                                         check=(lambda v: 0 <= v <= 1, "must be a share in [0, 1]"))
-    metrics_file: Optional[str] = _setting(None, "also append every step's logged metrics to this JSON-lines file "
-                                                 "(any estimator)", kind=str)
+    metrics_file: Optional[str] = _setting(None, "also append every step's logged metrics, and every evaluation's "
+                                                 "(rows with \"eval\": 1), to this JSON-lines file (any estimator)",
+                                           kind=str)
+    eval_before_train: bool = _setting(False, "with --eval.dataset: also evaluate once before the first step "
+                                              "(step 0; not when resuming), as verl's val_before_train, so a run "
+                                              "reports its held-out gain (any estimator)")
 
     @classmethod
     def from_args(cls, args) -> "CopoSettings":
@@ -80,7 +85,10 @@ def add_copo_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("COPO (openrlhf_copo)")
     for f in fields(CopoSettings):
         m = f.metadata
-        g.add_argument(f"--copo.{f.name}", type=m["kind"], default=f.default, choices=m["choices"], help=m["help"])
+        if m["kind"] is bool:
+            g.add_argument(f"--copo.{f.name}", action="store_true", default=f.default, help=m["help"])
+        else:
+            g.add_argument(f"--copo.{f.name}", type=m["kind"], default=f.default, choices=m["choices"], help=m["help"])
 
 
 def resolve_mode(args) -> str:
@@ -247,3 +255,4 @@ def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
         action.option_strings.append(alias)
         parser._option_string_actions[alias] = action
     add_copo_arguments(parser)
+    cpu_extend_parser(parser)

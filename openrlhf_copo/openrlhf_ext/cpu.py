@@ -22,6 +22,12 @@ What a CPU run changes, in the order unmodified OpenRLHF 0.11.2 breaks without i
 6. vLLM runs its model in processes it spawns itself, which Ray's worker hook never reaches:
    the patches arrive there as a vLLM general plugin (`vllm_plugin`, entry point in
    pyproject.toml), active only when the driver exported `OPENRLHF_COPO_CPU=1`.
+7. `--ds.param_dtype fp32` (CPU path only): OpenRLHF knows bf16 and fp16, and a CPU without bf16
+   units runs bf16 matmuls in slow software paths (SmolLM2-135M, 8 x 160 tokens, forward + backward:
+   bf16 255 s, fp32 8 s on this project's 2-core CI machine). With fp32 the actor (and reference)
+   load in float32, DeepSpeed trains in fp32 (neither its bf16 nor fp16 section is enabled) and the
+   vLLM engines, which OpenRLHF always builds in bfloat16, run in float32 too, so the weight sync
+   carries one dtype end to end (`apply_fp32`; `ray_init_kwargs` sets `OPENRLHF_COPO_VLLM_DTYPE`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ from openrlhf_copo.openrlhf_ext.worker_hook import CPU_ENV
 
 #: vLLM-CPU sizes its KV cache from this (GiB); gpu_memory_utilization is ignored there.
 KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+#: The dtype the vLLM engines of a CPU run are built with instead of OpenRLHF's fixed bfloat16.
+VLLM_DTYPE_ENV = "OPENRLHF_COPO_VLLM_DTYPE"
+#: `--ds.param_dtype` values: OpenRLHF's, plus the CPU path's fp32.
+FP32 = "fp32"
 _APPLIED = False
 
 
@@ -68,6 +78,21 @@ def cpu_problems(args) -> List[str]:
     return p
 
 
+def extend_parser(parser) -> None:
+    """`--ds.param_dtype` also accepts fp32 (the CPU path's; refused on a GPU by `gpu_problems`)."""
+    for action in parser._actions:
+        if action.dest == "ds.param_dtype" and action.choices and FP32 not in action.choices:
+            action.choices = list(action.choices) + [FP32]
+            action.help = (action.help or "") + "; fp32: CPU path only (openrlhf_copo)"
+
+
+def gpu_problems(args) -> List[str]:
+    """Settings only the CPU path understands, on a machine that takes the GPU path."""
+    if getattr(args.ds, "param_dtype", None) == FP32:
+        return ["--ds.param_dtype fp32 is the CPU path's (OpenRLHF on a GPU trains in bf16 or fp16): drop it"]
+    return []
+
+
 def device_slots(args) -> int:
     """How many logical GPU slots the run's Ray placement asks for (one per rank / engine)."""
     n = args.actor.num_nodes * args.actor.num_gpus_per_node
@@ -90,6 +115,9 @@ def loopback_env() -> dict:
         "VLLM_HOST_IP": "127.0.0.1",
         KV_CACHE_ENV: os.environ.get(KV_CACHE_ENV, "1"),
         "TOKENIZERS_PARALLELISM": "false",
+        # Ray sets OMP_NUM_THREADS=1 in an actor that asks for one CPU, as OpenRLHF's do: torch would train
+        # on one core. The pipeline's phases take turns (generate, score, train), so each may use them all.
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(len(os.sched_getaffinity(0))),
     }
     if os.path.exists("/sys/class/net/lo"):
         env["GLOO_SOCKET_IFNAME"] = "lo"
@@ -106,7 +134,8 @@ def ray_init_kwargs(args, kwargs: dict) -> dict:
     """`ray.init` arguments for a CPU run: a local cluster with one logical GPU slot per rank / engine."""
     kwargs = dict(kwargs)
     env = dict(kwargs.get("runtime_env") or {})
-    env["env_vars"] = {**loopback_env(), **dict(env.get("env_vars") or {})}
+    dtype = {VLLM_DTYPE_ENV: "float32"} if getattr(args.ds, "param_dtype", None) == FP32 else {}
+    env["env_vars"] = {**loopback_env(), **dtype, **dict(env.get("env_vars") or {})}
     kwargs["runtime_env"] = env
     if not os.environ.get("RAY_ADDRESS") and "address" not in kwargs:
         slots = device_slots(args)
@@ -203,6 +232,39 @@ def apply_vllm_worker_path() -> None:
     vllm_worker_wrap.WorkerWrap.update_weight = _cpu_update_weight
 
 
+def apply_fp32() -> None:
+    """`--ds.param_dtype fp32`: OpenRLHF's dtype lookup learns "fp32"; vLLM engines are built in
+    ``$OPENRLHF_COPO_VLLM_DTYPE`` (set by the driver for an fp32 run) instead of OpenRLHF's bfloat16."""
+    import torch
+
+    import openrlhf.utils.utils as orl_utils
+
+    original = orl_utils.convert_to_torch_dtype
+    if not getattr(original, "__openrlhf_copo_patched__", False):
+        @functools.wraps(original)
+        def convert_to_torch_dtype(param_dtype: str):
+            return torch.float32 if param_dtype == FP32 else original(param_dtype)
+
+        convert_to_torch_dtype.__openrlhf_copo_patched__ = True
+        orl_utils.convert_to_torch_dtype = convert_to_torch_dtype
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    original_config = EngineArgs.create_engine_config
+    if getattr(original_config, "__openrlhf_copo_patched__", False):
+        return
+
+    @functools.wraps(original_config)
+    def create_engine_config(self, *args, **kwargs):
+        dtype = os.environ.get(VLLM_DTYPE_ENV)
+        if dtype:
+            self.dtype = dtype
+        return original_config(self, *args, **kwargs)
+
+    create_engine_config.__openrlhf_copo_patched__ = True
+    EngineArgs.create_engine_config = create_engine_config
+
+
 def install() -> None:
     """Install the CPU path in this process (idempotent). Workers call this when the driver chose the CPU
     path (`OPENRLHF_COPO_CPU=1`): the choice is the driver's, made once, never a worker's CUDA query."""
@@ -210,6 +272,7 @@ def install() -> None:
     if not _APPLIED:
         apply_torch_device_path()
         apply_vllm_worker_path()
+        apply_fp32()
         _APPLIED = True
 
 

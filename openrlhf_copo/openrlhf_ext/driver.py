@@ -45,7 +45,7 @@ def after_parse(args, *, check_inputs: bool = True, cpu_path: bool = False, warn
 
     ``check_inputs`` off skips the resume guard and the preflight (`load_args`: no files are read or written);
     ``cpu_path``: this driver takes the CPU path (the CLI on a machine without CUDA)."""
-    problems = copo_problems(args)
+    problems = copo_problems(args) + ([] if cpu_path or not cpu.cuda_available() else cpu.gpu_problems(args))
     if problems:
         raise DriverError(problems[0])
     for warning in copo_warnings(args):
@@ -66,6 +66,7 @@ def after_parse(args, *, check_inputs: bool = True, cpu_path: bool = False, warn
         if problems:
             raise DriverError(f"no CUDA device, so this runs on the CPU path, where {problems[0]}")
         cpu.apply()
+
 
 
 def ray_init_kwargs(args, kwargs: dict, *, cpu_path: bool = False) -> dict:

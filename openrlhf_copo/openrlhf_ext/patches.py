@@ -10,7 +10,10 @@ Three patches, each a no-op unless the run's estimator is one of COPO's, and two
 4. `BasePPOTrainer.save_logs_and_checkpoints`: with `--copo.metrics_file`, appends each step's
    metrics (the dict OpenRLHF sends to wandb / tensorboard) to a JSON-lines file (in Ray workers
    only: see `apply_metrics_file`);
-5. `compute_eval_metrics`: OpenRLHF's in-training evaluation also reports mean@k and maj@k.
+5. `compute_eval_metrics`: OpenRLHF's in-training evaluation also reports mean@k, its standard
+   error and maj@k, and appends them to the metrics file as a row with `"eval": 1`;
+6. `BasePPOTrainer.init_checkpoint_states`: with `--copo.eval_before_train`, a run that starts
+   from step 0 evaluates once before its first step.
 
 A monkeypatch made in the driver never reaches Ray actor processes, where these classes run.
 `worker_hook.ray_worker_setup` is therefore registered as Ray's `worker_process_setup_hook` (see
@@ -179,9 +182,10 @@ def patch_ppo_actor(module) -> bool:
 
 
 def patch_ppo_trainer(module) -> None:
-    """Patches 4 and 5 into a loaded `openrlhf.trainer.ppo_trainer` (Ray workers only: see `apply_metrics_file`)."""
+    """Patches 4-6 into a loaded `openrlhf.trainer.ppo_trainer` (Ray workers only: see `apply_metrics_file`)."""
     apply_metrics_file()
     apply_eval_majority()
+    apply_eval_before_train()
 
 
 def apply() -> bool:
@@ -197,10 +201,16 @@ def apply() -> bool:
     return patch_ppo_actor(ppo_actor) or newly
 
 
+#: The step the trainer last logged (patch 4) or is about to start from (patch 6): OpenRLHF's `evaluate`
+#: runs right after `save_logs_and_checkpoints(global_step, ...)` and hands `compute_eval_metrics` no step.
+_last_step = {"step": 0, "metrics_file": None}
+
+
 def apply_eval_majority() -> None:
     """Patch 5, in Ray workers only: OpenRLHF's in-training evaluation (`--eval.dataset`) also reports
-    mean@k and maj@k per data source (`eval_<source>_mean<k>`, `eval_<source>_maj<k>`), with the
-    answer ids of the reward function, so the paper's training curves come out of one run."""
+    mean@k, its standard error and maj@k per data source (`eval_<source>_mean<k>`, `..._mean<k>_se`,
+    `eval_<source>_maj<k>`), with the answer ids of the reward function, so the paper's training curves
+    come out of one run; with `--copo.metrics_file` the evaluation is appended there too (`"eval": 1`)."""
     import openrlhf.trainer.ppo_trainer as ppo_trainer
 
     original = ppo_trainer.compute_eval_metrics
@@ -212,6 +222,8 @@ def apply_eval_majority() -> None:
         logs = original(eval_dataloader, samples_list, n_samples_per_prompt)
         if samples_list and all(ANSWER_ID in s.info for s in samples_list):
             logs.update(eval_majority_logs(eval_dataloader, samples_list, n_samples_per_prompt))
+        if _last_step["metrics_file"] and logs:
+            append_metrics(_last_step["metrics_file"], _last_step["step"], {"eval": 1, **logs})
         return logs
 
     compute_eval_metrics.__openrlhf_copo_patched__ = True
@@ -220,7 +232,7 @@ def apply_eval_majority() -> None:
 
 def eval_majority_logs(eval_dataloader, samples_list, k: int) -> dict:
     """mean@k and maj@k per data source from OpenRLHF's eval samples (k consecutive samples per prompt)."""
-    from openrlhf_copo.evaluation.metrics import maj_at_k, mean_at_k
+    from openrlhf_copo.evaluation.metrics import maj_at_k, mean_at_k, mean_at_k_se
 
     source_of = {}
     for sources, prompts, _labels, _images in eval_dataloader:
@@ -234,8 +246,38 @@ def eval_majority_logs(eval_dataloader, samples_list, k: int) -> dict:
     logs = {}
     for source, prompts in per_source.items():
         logs[f"eval_{source}_mean{k}"] = mean_at_k(prompts)
+        logs[f"eval_{source}_mean{k}_se"] = mean_at_k_se(prompts)
         logs[f"eval_{source}_maj{k}"] = maj_at_k(prompts)
     return logs
+
+
+def apply_eval_before_train() -> None:
+    """Patch 6, in Ray workers only: `--copo.eval_before_train` evaluates at step 0, before training.
+
+    `PPOTrainer.fit` (a Ray actor class, shipped by value) starts by reading its checkpoint state with
+    `BasePPOTrainer.init_checkpoint_states` (resolved in the worker, so patchable here). When that
+    state says step 0, the vLLM engines still hold the initial weights: evaluating then measures the
+    starting policy with the same engines, sampling settings and reward as every later evaluation."""
+    from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+
+    original = BasePPOTrainer.init_checkpoint_states
+    if getattr(original, _PATCHED_ATTR, False):
+        return
+
+    @functools.wraps(original)
+    def init_checkpoint_states(self):
+        states = original(self)
+        copo = getattr(self.args, "copo", None)
+        if (getattr(copo, "eval_before_train", False) and getattr(self, "eval_dataloader", None) is not None
+                and states.get("global_step", 0) == 0 and hasattr(self, "evaluate")):
+            _last_step.update(step=0, metrics_file=getattr(copo, "metrics_file", None))
+            kwargs = dict(self.generate_kwargs, temperature=self.args.eval.temperature,
+                          n_samples_per_prompt=self.args.eval.n_samples_per_prompt)
+            self.evaluate(0, **kwargs)
+        return states
+
+    init_checkpoint_states.__openrlhf_copo_patched__ = True
+    BasePPOTrainer.init_checkpoint_states = init_checkpoint_states
 
 
 def apply_metrics_file() -> None:
@@ -256,6 +298,7 @@ def apply_metrics_file() -> None:
     @functools.wraps(original_save)
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         path = getattr(getattr(self.args, "copo", None), "metrics_file", None)
+        _last_step.update(step=int(global_step), metrics_file=path)
         if path and logs_dict:
             append_metrics(path, global_step, logs_dict)
         return original_save(self, global_step, logs_dict, client_states)

@@ -117,3 +117,42 @@ def test_cli_writes_the_same_files(files, tmp_path):
     main(["--out", str(tmp_path), "--train", str(N_TRAIN), "--test", str(N_TEST), "--seed", "0"])
     assert [(tmp_path / p.name).read_bytes() for p in files] == [p.read_bytes() for p in files]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["test.jsonl", "train.jsonl"]  # no scratch left
+
+
+# --- the arithmetic mix (the demo's data) ---------------------------------------------------------------------
+
+def test_arithmetic_mix_rows_answers_and_equal_task_shares(tmp_path):
+    import re
+
+    from openrlhf_copo.embedded.data import ARITHMETIC_TASKS, FINAL_NUMBER_INSTRUCTION, make_arithmetic_prompts
+
+    train, test = make_arithmetic_prompts(tmp_path, 120, 60, seed=0)
+    rows = _rows(train) + _rows(test)
+    assert len(_rows(train)) == 120 and len(_rows(test)) == 60
+    for row in rows:
+        assert set(row) == {"prompt", "label", "datasource", "task"} and row["datasource"] == "arith"
+        (turn,) = row["prompt"]
+        question, instruction = turn["content"].split("\n\n")
+        assert instruction == FINAL_NUMBER_INSTRUCTION
+        # every label is the question's answer, recomputed here from its text
+        nums = [int(n) for n in re.findall(r"\d+", question)]
+        expected = {"copy": lambda: nums[0], "larger": lambda: max(nums), "add": lambda: nums[0] + nums[1],
+                    "subtract": lambda: nums[0] - nums[1], "multiply": lambda: nums[0] * nums[1],
+                    "add_two_digit": lambda: nums[0] + nums[1]}[row["task"]]()
+        assert row["label"] == str(expected), row
+    for split in (_rows(train), _rows(test)):
+        counts = {t: sum(r["task"] == t for r in split) for t in ARITHMETIC_TASKS}
+        assert max(counts.values()) - min(counts.values()) <= 1, counts
+    questions = [r["prompt"][0]["content"] for r in rows]
+    assert len(set(questions)) == len(questions)
+
+
+def test_arithmetic_mix_is_deterministic_and_its_test_split_does_not_depend_on_n_train(tmp_path):
+    from openrlhf_copo.embedded.data import make_arithmetic_prompts
+
+    a = make_arithmetic_prompts(tmp_path / "a", 30, 12, seed=3)
+    b = make_arithmetic_prompts(tmp_path / "b", 90, 12, seed=3)
+    c = make_arithmetic_prompts(tmp_path / "c", 30, 12, seed=4)
+    assert a[1].read_text() == b[1].read_text()
+    assert a[0].read_text() == "".join(b[0].read_text().splitlines(keepends=True)[:30])
+    assert a[1].read_text() != c[1].read_text()

@@ -75,3 +75,42 @@ def test_cpu_path_is_active_in_this_process(cpu_path):
 
     assert torch.cuda.current_device() == torch.device("cpu")
     assert wrap.WorkerWrap.update_weight is cpu._cpu_update_weight
+
+
+def test_ray_workers_get_every_core_and_an_fp32_run_builds_fp32_vllm_engines(load_args, monkeypatch):
+    """Ray gives an actor that asks for one CPU OMP_NUM_THREADS=1 (torch would train on one core)."""
+    import os
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    env = cpu.ray_init_kwargs(load_args(copo_argv(*CPU_OK)), {})["runtime_env"]["env_vars"]
+    assert env["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
+    assert cpu.VLLM_DTYPE_ENV not in env  # bf16 run: OpenRLHF's own bfloat16 engines
+    env = cpu.ray_init_kwargs(load_args(copo_argv(*CPU_OK, "--ds.param_dtype", "fp32")), {})["runtime_env"]["env_vars"]
+    assert env[cpu.VLLM_DTYPE_ENV] == "float32"
+
+
+def test_fp32_is_the_cpu_paths_and_refused_on_a_gpu(load_args, monkeypatch):
+    from openrlhf_copo.openrlhf_ext import driver
+
+    args = load_args(copo_argv(*CPU_OK, "--ds.param_dtype", "fp32"))
+    assert args.ds.param_dtype == "fp32"
+    monkeypatch.setattr(cpu, "cuda_available", lambda: True)
+    with pytest.raises(driver.DriverError, match="--ds.param_dtype fp32 is the CPU path's"):
+        driver.after_parse(args, check_inputs=False)
+
+
+def test_fp32_on_the_cpu_path_loads_float32_and_overrides_vllms_bfloat16(cpu_path, monkeypatch):
+    import torch
+    from vllm.engine.arg_utils import EngineArgs
+
+    from openrlhf.utils.utils import convert_to_torch_dtype
+
+    assert convert_to_torch_dtype("fp32") is torch.float32 and convert_to_torch_dtype("bf16") is torch.bfloat16
+    engine_args = EngineArgs(model="unused", dtype="bfloat16")  # what OpenRLHF's create_vllm_engines passes
+    monkeypatch.setenv(cpu.VLLM_DTYPE_ENV, "float32")
+    try:
+        engine_args.create_engine_config()
+    except Exception:
+        pass  # no model at "unused": the dtype was set before vLLM looked for it
+    assert engine_args.dtype == "float32"

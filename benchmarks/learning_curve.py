@@ -1,0 +1,261 @@
+"""GRPO, COPO, DAPO and GO-Only through the real pipeline, side by side: held-out accuracy over training.
+
+    .venv/bin/python benchmarks/learning_curve.py                      # 4 methods x 3 seeds, ~2 h on 2 cores
+    .venv/bin/python benchmarks/learning_curve.py --seeds 1 --methods copo grpo   # a part of it
+
+Every run is the CPU demo's job (`openrlhf_copo.embedded.job.default_argv`: SmolLM2-135M-Instruct,
+the arithmetic mix, the final-number 0/1 reward, G samples per prompt, fp32) with only the method's
+flags changed, so all methods train on the same prompts in the same order (same `--train.seed`) and
+are evaluated on the same held-out prompts with the same k, before the first step and every
+`--eval_every` steps:
+
+    grpo     --advantage_estimator copo --copo.mode grpo   (GRPO's local advantage, same code path)
+    copo     --advantage_estimator copo                    (the paper's defaults)
+    dapo     OpenRLHF's own group_norm + dynamic filtering (all-equal groups are dropped and the batch
+             refilled from later prompts, so DAPO makes fewer steps from the same prompts) + clip-higher
+             (eps 0.2 / 0.28); COPO refuses dynamic filtering, so this runs OpenRLHF's estimator
+    go_only  --advantage_estimator go_only                 (the global term alone)
+
+Each run's metrics file is kept under `--out` (default `benchmarks/results/learning_curve/`); a rerun
+skips the runs whose metrics are complete, so an interrupted benchmark resumes. Written at the end:
+`learning_curve.json` (every eval and step row of every run, the settings, the machine and versions),
+`learning_curve.png` (held-out mean@k against step, mean over seeds +- the standard error over seeds;
+share of zero-std groups; share of responses with a gradient signal) and `learning_curve.md` (the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from openrlhf_copo.embedded import job  # noqa: E402
+
+METHODS: Dict[str, List[str]] = {
+    "grpo": ["--advantage_estimator", "copo", "--copo.mode", "grpo"],
+    "copo": ["--advantage_estimator", "copo"],
+    "dapo": ["--advantage_estimator", "group_norm", "--algo.dynamic_filtering_enable",
+             "--actor.eps_clip_low_high", "0.2", "0.28"],
+    "go_only": ["--advantage_estimator", "go_only"],
+}
+
+
+def run_argv(method: str, seed: int, steps: int, eval_every: int, model: str, train: Path, test: Path,
+             run_dir: Path) -> List[str]:
+    argv = job.default_argv(model, train, test, run_dir, "copo")
+    argv = argv[2:]  # the estimator is the method's
+    overrides = {"--data.max_samples": str(job.PROMPTS_PER_STEP * steps), "--eval.steps": str(eval_every),
+                 "--ckpt.save_steps": "-1"}
+    for flag, value in overrides.items():
+        argv[argv.index(flag) + 1] = value
+    argv.remove("--ckpt.load_enable")
+    return METHODS[method] + argv + ["--train.seed", str(seed)]
+
+
+def read_rows(path: Path) -> List[dict]:
+    return job.read_metrics(path)
+
+
+def complete(path: Path, marker: Path) -> bool:
+    return marker.exists() and path.exists()
+
+
+def run_one(method: str, seed: int, args, model: str, train: Path, test: Path) -> dict:
+    run_dir = args.out / f"{method}-seed{seed}"
+    metrics, marker = run_dir / "metrics.jsonl", run_dir / "done.json"
+    if complete(metrics, marker):
+        print(f"[{method} seed {seed}] done before; kept", flush=True)
+        return json.loads(marker.read_text())
+    if run_dir.exists():
+        for p in run_dir.glob("*"):
+            if p.is_file():
+                p.unlink()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    argv = run_argv(method, seed, args.steps, args.eval_every, model, train, test, run_dir)
+    t0 = time.time()
+    with open(run_dir / "train.log", "w") as log:
+        rc = subprocess.call([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], stdout=log,
+                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=REPO)
+    wall = time.time() - t0
+    if rc != 0:
+        raise SystemExit(f"[{method} seed {seed}] failed (exit {rc}); log: {run_dir / 'train.log'}")
+    info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1)}
+    marker.write_text(json.dumps(info))
+    rows = read_rows(metrics)
+    last = job.heldout(job.eval_rows(rows)[-1]) if job.eval_rows(rows) else (float("nan"),) * 3
+    print(f"[{method} seed {seed}] {len(job.train_rows(rows))} steps in {wall / 60:.1f} min; final held-out "
+          f"{last[0]:.3f}", flush=True)
+    return info
+
+
+def mean_se(values: List[float]) -> tuple:
+    values = [v for v in values if v == v]
+    if not values:
+        return float("nan"), float("nan")
+    m = sum(values) / len(values)
+    if len(values) < 2:
+        return m, float("nan")
+    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
+    return m, math.sqrt(var / len(values))
+
+
+def summarize(args, infos: List[dict]) -> dict:
+    runs = []
+    for info in infos:
+        rows = read_rows(args.out / f"{info['method']}-seed{info['seed']}" / "metrics.jsonl")
+        train, evals = job.train_rows(rows), job.eval_rows(rows)
+        runs.append({**info,
+                     "evals": [{"step": r["step"], "mean": job.heldout(r)[0], "se": job.heldout(r)[1]} for r in evals],
+                     "steps": [{k: r.get(k) for k in ("step", "copo_correct", "copo_zero_std", "copo_signal_grpo",
+                                                      "copo_signal_copo", "copo_w_local", "copo_entropy",
+                                                      "dynamic_filtering_pass_rate", "timing/step_total")}
+                               for r in train]})
+    table = {}
+    for method in args.methods:
+        mine = [r for r in runs if r["method"] == method]
+        if not mine:
+            continue
+        first = mean_se([r["evals"][0]["mean"] for r in mine if r["evals"]])
+        final = mean_se([r["evals"][-1]["mean"] for r in mine if r["evals"]])
+        gain = mean_se([r["evals"][-1]["mean"] - r["evals"][0]["mean"] for r in mine if r["evals"]])
+        # DAPO drops zero-std groups before the advantage step: its share is the one the filter dropped.
+        zero_std = mean_se([_mean([_step_value(method, s, "copo_zero_std") for s in r["steps"]]) for r in mine])
+        signal = mean_se([_mean([_step_value(method, s, "copo_signal_copo") for s in r["steps"]]) for r in mine])
+        table[method] = {"seeds": len(mine), "steps": _mean([len(r["steps"]) for r in mine]),
+                         "heldout_before": first, "heldout_final": final, "gain": gain,
+                         "zero_std_share": zero_std, "signal_share": signal,
+                         "wall_minutes": _mean([r["wall_seconds"] / 60 for r in mine])}
+    return {"runs": runs, "table": table}
+
+
+def _step_value(method: str, step: dict, key: str):
+    """A step metric, per generated response. DAPO (OpenRLHF's estimator, no copo_* metrics) drops the
+    zero-std groups before training: its zero-std share is what the filter dropped (1 - pass rate), and
+    the share of generated responses that carry a gradient signal is the pass rate."""
+    rate = step.get("dynamic_filtering_pass_rate")
+    if method == "dapo" and rate is not None:
+        return {"copo_zero_std": 1 - rate, "copo_signal_copo": rate}.get(key, step.get(key))
+    return step.get(key)
+
+
+def _mean(values):
+    values = [v for v in values if v is not None and v == v]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def environment() -> dict:
+    import importlib.metadata as md
+
+    versions = {}
+    for pkg in ("openrlhf", "torch", "vllm", "deepspeed", "ray", "transformers", "math-verify"):
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            versions[pkg] = None
+    return {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} "
+            f"cores, {platform.platform()}", "cuda": _cuda(), "versions": versions}
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def markdown(result: dict) -> str:
+    s, env = result["settings"], result["environment"]
+    lines = [f"Learning curves, {env['date']}, {env['machine']}; " +
+             ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
+             f"SmolLM2-135M-Instruct on the arithmetic mix: {s['steps']} steps x {s['prompts_per_step']} prompts x "
+             f"{s['samples_per_prompt']} samples, held-out {s['n_test']} prompts x {s['eval_k']} samples (mean@k), "
+             f"seeds {s['seeds']}. Values: mean over seeds +- standard error over seeds.", "",
+             "| method | seeds | steps | held-out before | held-out final | gain | zero-std groups | responses with "
+             "signal | wall min/run |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def f(pair):
+        m, e = pair
+        return f"{m:.3f}" + ("" if e != e else f" +- {e:.3f}")
+
+    for method, t in result["table"].items():
+        lines.append(f"| {method} | {t['seeds']} | {t['steps']:.0f} | {f(t['heldout_before'])} | {f(t['heldout_final'])} "
+                     f"| {f(t['gain'])} | {f(t['zero_std_share'])} | {f(t['signal_share'])} | {t['wall_minutes']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for method in result["table"]:
+        runs = [r for r in result["runs"] if r["method"] == method]
+        steps = sorted({e["step"] for r in runs for e in r["evals"]})
+        pts = [mean_se([e["mean"] for r in runs for e in r["evals"] if e["step"] == st]) for st in steps]
+        axes[0].errorbar(steps, [m for m, _ in pts], yerr=[0 if e != e else e for _, e in pts], marker="o",
+                         capsize=3, label=method)
+        for ax, key in ((axes[1], "copo_zero_std"), (axes[2], "copo_signal_copo")):
+            st = sorted({s["step"] for r in runs for s in r["steps"]})
+            ax.plot(st, [_mean([_step_value(method, s, key) for r in runs for s in r["steps"] if s["step"] == x])
+                         for x in st], marker=".", label=method)
+    for ax, title in zip(axes, ("held-out mean@k (mean over seeds +- SE)", "share of zero-std groups",
+                                "share of responses with a gradient signal")):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (--train.seed)")
+    p.add_argument("--steps", type=int, default=6, help="training steps of GRPO / COPO / GO-Only (prompts drawn: "
+                                                        "steps x prompts per step; DAPO refills from them)")
+    p.add_argument("--eval_every", type=int, default=3, help="held-out evaluation every N steps (and at step 0)")
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "learning_curve")
+    args = p.parse_args(argv)
+
+    from openrlhf_copo.embedded.data import make_arithmetic_prompts
+    from openrlhf_copo.embedded.models import cache_dir, smollm2_instruct
+
+    if _cuda():
+        print("note: a GPU is present; this benchmark is the CPU setting and runs on the CPU path only without one",
+              file=sys.stderr)
+    model = smollm2_instruct()
+    train, test = make_arithmetic_prompts(cache_dir() / "data" / job.DATA_VERSION,
+                                          n_train=job.PROMPTS_PER_STEP * job.STEPS, n_test=job.N_TEST, seed=0)
+    args.out.mkdir(parents=True, exist_ok=True)
+    plan = [(m, s) for s in range(args.seeds) for m in args.methods]
+    from tqdm import tqdm
+
+    infos = []
+    for method, seed in tqdm(plan, desc="runs", unit="run"):
+        infos.append(run_one(method, seed, args, model, train, test))
+    result = {"settings": {"steps": args.steps, "eval_every": args.eval_every, "seeds": args.seeds,
+                           "prompts_per_step": job.PROMPTS_PER_STEP, "samples_per_prompt": job.SAMPLES_PER_PROMPT,
+                           "n_test": job.N_TEST, "eval_k": job.EVAL_K, "methods": {m: METHODS[m] for m in args.methods}},
+              "environment": environment(), **summarize(args, infos)}
+    (args.out.parent / "learning_curve.json").write_text(json.dumps(result, indent=1))
+    (args.out.parent / "learning_curve.md").write_text(markdown(result))
+    plot(result, args.out.parent / "learning_curve.png")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

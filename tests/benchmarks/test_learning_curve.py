@@ -1,0 +1,61 @@
+"""benchmarks/learning_curve.py: every method is the demo job with only its own flags changed, and the
+table reads the right metric for each (DAPO's zero-std share is what its filter dropped)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from openrlhf_copo.cli.train_ppo_ray import load_args
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def lc():
+    spec = importlib.util.spec_from_file_location("learning_curve", REPO / "benchmarks" / "learning_curve.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
+    parsed = {m: load_args(lc.run_argv(m, 1, 6, 3, "model", tmp_path / "train.jsonl", tmp_path / "test.jsonl",
+                                       tmp_path / m)) for m in lc.METHODS}
+    for m, a in parsed.items():
+        assert a.train.seed == 1 and a.data.max_samples == 8 * 6 and a.eval.steps == 3 and a.copo.eval_before_train
+        assert a.data.prompt_dataset == str(tmp_path / "train.jsonl") and a.eval.dataset == str(tmp_path / "test.jsonl")
+        assert a.ckpt.save_steps == -1 and not a.ckpt.load_enable
+    assert (parsed["grpo"].algo.advantage.estimator, parsed["grpo"].copo.mode) == ("copo", "grpo")
+    assert (parsed["copo"].algo.advantage.estimator, parsed["copo"].copo.mode) == ("copo", None)
+    assert parsed["go_only"].algo.advantage.estimator == "go_only"
+    dapo = parsed["dapo"]
+    assert dapo.algo.advantage.estimator == "group_norm"  # COPO refuses dynamic filtering: OpenRLHF's own
+    assert dapo.algo.dynamic_filtering_enable and tuple(dapo.actor.eps_clip_low_high) == (0.2, 0.28)
+    assert not parsed["grpo"].algo.dynamic_filtering_enable
+
+
+def _write_run(out: Path, method: str, seed: int, evals, steps):
+    d = out / f"{method}-seed{seed}"
+    d.mkdir(parents=True)
+    rows = [{"step": s, "eval": 1.0, "eval_arith_mean2": m, "eval_arith_mean2_se": 0.01} for s, m in evals]
+    rows += [{"step": i + 1, **s} for i, s in enumerate(steps)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {"method": method, "seed": seed, "wall_seconds": 120.0}
+
+
+def test_table_means_over_seeds_and_dapo_zero_std_from_its_filter(lc, tmp_path):
+    infos = [_write_run(tmp_path, "copo", 0, [(0, 0.2), (6, 0.5)], [{"copo_zero_std": 0.25, "copo_signal_copo": 1.0}]),
+             _write_run(tmp_path, "copo", 1, [(0, 0.3), (6, 0.7)], [{"copo_zero_std": 0.75, "copo_signal_copo": 1.0}]),
+             _write_run(tmp_path, "dapo", 0, [(0, 0.2), (3, 0.4)],
+                        [{"dynamic_filtering_pass_rate": 0.6}])]
+    args = type("A", (), {"out": tmp_path, "methods": ["copo", "dapo"]})
+    t = lc.summarize(args, infos)["table"]
+    assert t["copo"]["heldout_final"][0] == pytest.approx(0.6)
+    assert t["copo"]["heldout_final"][1] == pytest.approx(0.1)  # std(0.5, 0.7) / sqrt(2)
+    assert t["copo"]["gain"][0] == pytest.approx(0.35) and t["copo"]["zero_std_share"][0] == pytest.approx(0.5)
+    assert t["dapo"]["zero_std_share"][0] == pytest.approx(0.4) and t["dapo"]["signal_share"][0] == pytest.approx(0.6)
+    assert t["dapo"]["seeds"] == 1 and t["dapo"]["heldout_final"][1] != t["dapo"]["heldout_final"][1]  # nan SE

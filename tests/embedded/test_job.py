@@ -1,0 +1,68 @@
+"""The CPU demo job's flags and its report: held-out accuracy with its standard error, and the gain."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from openrlhf_copo.embedded import job
+
+
+def test_default_flags_are_ordinary_train_ppo_ray_flags_and_parse(tmp_path):
+    from openrlhf_copo.cli.train_ppo_ray import load_args
+
+    argv = job.default_argv("m", tmp_path / "train.jsonl", tmp_path / "test.jsonl", tmp_path / "run")
+    args = load_args(argv)
+    assert args.rollout.n_samples_per_prompt == job.SAMPLES_PER_PROMPT
+    # w_local can pass 1/2 only if the highest possible entropy, log2 G, is above rho
+    assert math.log2(args.rollout.n_samples_per_prompt) > args.copo.rho
+    assert args.ds.param_dtype == "fp32" and args.copo.eval_before_train
+    assert args.eval.dataset == str(tmp_path / "test.jsonl") and args.eval.steps == job.STEPS
+    assert Path(args.reward.remote_url[0]).name == "math_last_number_reward.py"
+    assert Path(args.reward.remote_url[0]).is_file()
+
+
+def _eval_row(step, mean, se, k=4):
+    return {"step": step, "eval": 1.0, f"eval_arith_pass{k}": 0.9, f"eval_arith_mean{k}": mean,
+            f"eval_arith_mean{k}_se": se, f"eval_arith_maj{k}": 0.5}
+
+
+def test_heldout_reads_mean_at_k_and_its_standard_error_not_pass_or_maj():
+    assert job.heldout(_eval_row(0, 0.25, 0.03)) == (0.25, 0.03, 4)
+    assert math.isnan(job.heldout({"step": 1, "eval": 1.0})[0])
+
+
+def test_heldout_gain_and_its_standard_error():
+    # gain 0.35 - 0.25 = 0.10; SE sqrt(0.03^2 + 0.04^2) = 0.05; 0.10 is not more than 2 x 0.05
+    g = job.heldout_gain([_eval_row(0, 0.25, 0.03), _eval_row(5, 0.3, 0.01), _eval_row(10, 0.35, 0.04)])
+    assert (g["step_before"], g["step_after"]) == (0, 10)
+    assert g["gain"] == pytest.approx(0.10) and g["gain_se"] == pytest.approx(0.05)
+    assert g["gain_over_2se"] is False
+    assert job.heldout_gain([_eval_row(0, 0.2, 0.02), _eval_row(10, 0.35, 0.03)])["gain_over_2se"] is True
+    assert job.heldout_gain([_eval_row(0, 0.2, 0.02)]) is None
+
+
+def test_summary_separates_step_rows_from_eval_rows_and_reports_the_gain():
+    rows = [_eval_row(0, 0.2, 0.02),
+            {"step": 1, "reward": 0.2, "copo_correct": 0.2, "copo_entropy": 1.5, "copo_w_local": 0.5,
+             "copo_w_local_mid": 0.25, "copo_all_incorrect": 0.25, "copo_all_correct": 0.125},
+            {"step": 2, "reward": 0.4, "copo_correct": 0.4, "copo_entropy": 1.0, "copo_w_local": 0.1,
+             "copo_w_local_mid": 0.75, "copo_all_incorrect": 0.125, "copo_all_correct": 0.25},
+            _eval_row(2, 0.35, 0.03)]
+    s = job.summarize(rows, 61.0)
+    assert s["steps"] == 2 and s["accuracy_first"] == 0.2 and s["accuracy_last"] == 0.4
+    assert s["w_local_mid_share_mean"] == pytest.approx(0.5) and s["entropy_mean"] == pytest.approx(1.25)
+    assert s["heldout"]["gain"] == pytest.approx(0.15)
+    text = job.format_summary(s, Path("/r"))
+    assert "held-out mean@4: 0.200 +- 0.020 (step 0) -> 0.350 +- 0.030 (step 2); gain +0.150 +- 0.036 (more than 2" \
+           in text
+    assert "share strictly between 0.05 and 0.95: 0.50" in text
+
+
+def test_curves_png_is_written_with_eval_rows(tmp_path):
+    rows = [_eval_row(0, 0.2, 0.02), {"step": 1, "reward": 0.2, "copo_correct": 0.2, "copo_all_incorrect": 0.5,
+                                      "copo_all_correct": 0.0}, _eval_row(1, 0.3, 0.02)]
+    job.plot_curves(rows, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
