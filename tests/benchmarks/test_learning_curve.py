@@ -26,7 +26,7 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
     parsed = {m: load_args(lc.run_argv(m, 1, 6, 3, "model", tmp_path / "train.jsonl", tmp_path / "test.jsonl",
                                        tmp_path / m)) for m in lc.METHODS}
     for m, a in parsed.items():
-        assert a.train.seed == 1 and a.data.max_samples == 8 * 6 and a.eval.steps == 3 and a.copo.eval_before_train
+        assert a.train.seed == 1 and a.data.max_samples == lc.job.PROMPTS_PER_STEP * 6 and a.eval.steps == 3 and a.copo.eval_before_train
         assert a.data.prompt_dataset == str(tmp_path / "train.jsonl") and a.eval.dataset == str(tmp_path / "test.jsonl")
         assert a.ckpt.save_steps == -1 and not a.ckpt.load_enable
     assert (parsed["grpo"].algo.advantage.estimator, parsed["grpo"].copo.mode) == ("copo", "grpo")

@@ -2,7 +2,8 @@
 
 import pytest
 
-from openrlhf_copo.evaluation.metrics import maj_at_k, maj_at_k_bootstrap, majority_correct, mean_at_k, pass_at_k
+from openrlhf_copo.evaluation.metrics import (maj_at_k, maj_at_k_bootstrap, majority_correct, mean_at_k, mean_at_k_se,
+                                              pass_at_k)
 
 # Two prompts, k = 4. Answers are equivalence-cluster ids; None = no answer.
 P1 = [("a", True), ("b", False), ("a", True), ("c", False)]   # 2/4 correct, majority "a" (2 votes) correct
@@ -64,3 +65,12 @@ def test_empty_benchmark_is_refused():
         mean_at_k([])
     with pytest.raises(ValueError, match="prompt 0 has no samples"):
         maj_at_k([[]])
+
+
+def test_mean_at_k_standard_error_by_hand():
+    # per-prompt fractions 1/2, 0, 1: mean 1/2, sample std (ddof 1) = sqrt((1/4 + 1/4 + 0) / 2) = 1/2,
+    # SE = (1/2) / sqrt(3) = 0.288675...
+    prompts = [[(1, True), (2, False)], [(3, False), (3, False)], [(4, True), (4, True)]]
+    assert mean_at_k(prompts) == pytest.approx(0.5)
+    assert mean_at_k_se(prompts) == pytest.approx(0.5 / 3 ** 0.5)
+    assert mean_at_k_se(prompts[:1]) == 0.0  # one prompt: no spread to measure

@@ -179,5 +179,6 @@ def test_in_training_eval_reports_mean_and_majority():
     loader = [(["math500", "aime24"], ["p0", "p1"], ["7", "9"], [None, None])]
     logs = eval_majority_logs(loader, samples, 4)
     # p0: 2/4 correct, majority 7 (2 votes) correct; p1: 1/4 correct, majority 2 (2 votes) wrong
-    assert logs == {"eval_math500_mean4": 0.5, "eval_math500_maj4": 1.0,
-                    "eval_aime24_mean4": 0.25, "eval_aime24_maj4": 0.0}
+    # one prompt per source: no spread, so a standard error of 0
+    assert logs == {"eval_math500_mean4": 0.5, "eval_math500_mean4_se": 0.0, "eval_math500_maj4": 1.0,
+                    "eval_aime24_mean4": 0.25, "eval_aime24_mean4_se": 0.0, "eval_aime24_maj4": 0.0}
