@@ -67,18 +67,10 @@ def run_argv(method: str, seed: int, steps: int, eval_every: int, model: str, tr
     return METHODS[method] + argv + ["--train.seed", str(seed)]
 
 
-def read_rows(path: Path) -> List[dict]:
-    return job.read_metrics(path)
-
-
-def complete(path: Path, marker: Path) -> bool:
-    return marker.exists() and path.exists()
-
-
 def run_one(method: str, seed: int, args, model: str, train: Path, test: Path) -> dict:
     run_dir = args.out / f"{method}-seed{seed}"
     metrics, marker = run_dir / "metrics.jsonl", run_dir / "done.json"
-    if complete(metrics, marker):
+    if marker.exists() and metrics.exists():
         print(f"[{method} seed {seed}] done before; kept", flush=True)
         return json.loads(marker.read_text())
     if run_dir.exists():
@@ -97,8 +89,9 @@ def run_one(method: str, seed: int, args, model: str, train: Path, test: Path) -
         raise SystemExit(f"[{method} seed {seed}] failed (exit {rc}); log: {run_dir / 'train.log'}")
     info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1)}
     marker.write_text(json.dumps(info))
-    rows = read_rows(metrics)
-    last = job.heldout(job.eval_rows(rows)[-1]) if job.eval_rows(rows) else (float("nan"),) * 3
+    rows = job.read_metrics(metrics)
+    evals = job.eval_rows(rows)
+    last = job.heldout(evals[-1]) if evals else (float("nan"),) * 3
     print(f"[{method} seed {seed}] {len(job.train_rows(rows))} steps in {wall / 60:.1f} min; final held-out "
           f"{last[0]:.3f}", flush=True)
     return info
@@ -118,7 +111,7 @@ def mean_se(values: List[float]) -> tuple:
 def summarize(args, infos: List[dict]) -> dict:
     runs = []
     for info in infos:
-        rows = read_rows(args.out / f"{info['method']}-seed{info['seed']}" / "metrics.jsonl")
+        rows = job.read_metrics(args.out / f"{info['method']}-seed{info['seed']}" / "metrics.jsonl")
         train, evals = job.train_rows(rows), job.eval_rows(rows)
         runs.append({**info,
                      "evals": [{"step": r["step"], "mean": job.heldout(r)[0], "se": job.heldout(r)[1]} for r in evals],

@@ -121,14 +121,15 @@ def run(user_argv: List[str]) -> int:
 
     argv = default_argv(model, train, test, run_dir, estimator) + user_argv
     metrics_path = run_dir / "metrics.jsonl"
-    done_before = len(train_rows(read_metrics(metrics_path)))
+    rows_before = read_metrics(metrics_path)
+    done_before = len(train_rows(rows_before))
     log_path = run_dir / "train.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
     t0 = time.time()
     with open(log_path, "a") as log:
         child = subprocess.Popen([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv],
                                  stdout=log, stderr=subprocess.STDOUT, env=env)
-        shown = len(read_metrics(metrics_path))
+        shown = len(rows_before)
         with tqdm(total=STEPS, initial=done_before, desc="COPO steps", unit="step", dynamic_ncols=True) as bar:
             while True:
                 rc = child.poll()
@@ -196,12 +197,17 @@ def _get(row: dict, *keys, default=float("nan")) -> float:
     return default
 
 
+def mixed_share(row: dict) -> float:
+    """Share of the step's groups with both correct and incorrect responses."""
+    return 1 - _get(row, "copo_all_incorrect") - _get(row, "copo_all_correct")
+
+
 def step_line(row: dict, total: int) -> str:
     """One line per step: what a researcher checks first."""
     return (f"step {row['step']:>3}/{total}  reward {_get(row, 'reward', 'rollout/reward_mean'):.3f}  "
             f"acc {_get(row, 'copo_correct'):.3f}  H {_get(row, 'copo_entropy'):.2f}  "
             f"w_local {_get(row, 'copo_w_local'):.2f} (mid {_get(row, 'copo_w_local_mid'):.2f})  "
-            f"mixed {1 - _get(row, 'copo_all_incorrect') - _get(row, 'copo_all_correct'):.2f}  signal grpo {_get(row, 'copo_signal_grpo'):.2f} "
+            f"mixed {mixed_share(row):.2f}  signal grpo {_get(row, 'copo_signal_grpo'):.2f} "
             f"copo {_get(row, 'copo_signal_copo'):.2f}  loss {_get(row, 'policy_loss'):.4f}  "
             f"{_get(row, 'timing/step_total'):.0f}s")
 
@@ -242,8 +248,7 @@ def plot_curves(rows: List[dict], path: Path) -> None:
     ax = axes.flat[len(CURVES) + 1]
     ax.plot(steps, [_get(r, "copo_all_incorrect") for r in train], marker="o", label="all incorrect")
     ax.plot(steps, [_get(r, "copo_all_correct") for r in train], marker="o", label="all correct")
-    ax.plot(steps, [1 - _get(r, "copo_all_incorrect") - _get(r, "copo_all_correct") for r in train], marker="o",
-            label="mixed")
+    ax.plot(steps, [mixed_share(r) for r in train], marker="o", label="mixed")
     ax.set_title("share of groups")
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
