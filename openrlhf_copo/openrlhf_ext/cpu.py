@@ -138,9 +138,11 @@ def ray_init_kwargs(args, kwargs: dict) -> dict:
     env["env_vars"] = {**loopback_env(), **dtype, **dict(env.get("env_vars") or {})}
     kwargs["runtime_env"] = env
     if not os.environ.get("RAY_ADDRESS") and "address" not in kwargs:
+        # address "local": a cluster of its own even where `ray start` runs one on this machine (a bare
+        # `ray.init()` would join that one, and fail on num_gpus). Use a cluster with `ray job submit`.
         slots = device_slots(args)
-        kwargs.update(num_cpus=max(8, 2 * slots + 4), num_gpus=slots, _node_ip_address="127.0.0.1",
-                      include_dashboard=False)
+        kwargs.update(address="local", num_cpus=max(8, 2 * slots + 4), num_gpus=slots,
+                      _node_ip_address="127.0.0.1", include_dashboard=False)
     return kwargs
 
 

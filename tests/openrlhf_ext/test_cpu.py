@@ -34,6 +34,7 @@ def test_ray_is_local_and_on_loopback(load_args, monkeypatch):
     args = load_args(copo_argv(*CPU_OK, "--vllm.num_engines", "2"))
     kw = cpu.ray_init_kwargs(args, {"runtime_env": {"env_vars": {"NCCL_DEBUG": "WARN"}}})
     assert kw["_node_ip_address"] == "127.0.0.1" and kw["include_dashboard"] is False
+    assert kw["address"] == "local"  # not a `ray start` cluster that happens to run on this machine
     assert kw["num_gpus"] == 3  # 1 actor rank + 2 vLLM engines (no reference model with init_coef 0)
     env = kw["runtime_env"]["env_vars"]
     assert env["OPENRLHF_COPO_CPU"] == "1" and env["VLLM_HOST_IP"] == "127.0.0.1"
