@@ -33,6 +33,10 @@ REWARD_LOGS = (ANSWER_ID, CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR)
 #: w_global * A_global of each response: the advantage of the loss's second PolicyLoss term.
 WEIGHTED_GLOBAL_ADV = "copo_weighted_global_adv"
 
+#: The vLLM seed of the engine that sampled the response (OpenRLHF seeds engine i with --train.seed + i), set by
+#: patch 7 in the engine's process; the advantage step turns it into the engine index and drops it.
+ROLLOUT_ENGINE_SEED = "copo_rollout_engine_seed"
+
 #: Prefix of the answer key of a response without an extractable answer (its own text follows).
 NO_ANSWER_PREFIX = "noanswer:"
 

@@ -19,7 +19,7 @@ from typing import List
 
 import torch
 
-from openrlhf_copo.contract import ANSWER_ID, CORRECT, VERIFY_FAILED, WEIGHTED_GLOBAL_ADV
+from openrlhf_copo.contract import ANSWER_ID, CORRECT, ROLLOUT_ENGINE_SEED, VERIFY_FAILED, WEIGHTED_GLOBAL_ADV
 from openrlhf_copo.core import copo_advantages
 from openrlhf_copo.openrlhf_ext.config import CopoConfigError, copo_settings
 
@@ -60,6 +60,38 @@ def _info_column(experiences, key: str) -> torch.Tensor:
     return torch.cat(cols)
 
 
+def check_prompt_groups(experiences, indices: torch.Tensor, n: int) -> None:
+    """Every group of the advantage step is one prompt's n responses: the indices OpenRLHF numbered are a
+    permutation of 0..B*n-1 and the responses numbered k*n .. k*n+n-1 share their prompt. A batch that
+    arrives out of order (a rollout path that renumbers, an engine that drops a response) must stop here,
+    not mix two prompts into one group's statistics."""
+    total = int(indices.numel())
+    if not torch.equal(torch.sort(indices).values, torch.arange(total)):
+        raise RuntimeError(f"COPO: the rollout batch's response indices are not 0..{total - 1} once each")
+    prompts = [None] * total
+    for exp in experiences:
+        for j, p in zip(exp.index, exp.prompts):
+            prompts[int(j)] = p
+    for k in range(total // n):
+        if len(set(prompts[k * n:(k + 1) * n])) != 1:
+            raise RuntimeError(f"COPO: group {k} of the rollout batch holds responses to different prompts")
+
+
+def engine_metrics(experiences, train_seed: int) -> dict:
+    """How many vLLM engines fed the rollout batch, and the logprob gap of each engine's responses
+    (`copo_rollout_logprob_absdiff_engine<i>`): after a weight sync every engine must show the same small
+    gap; one engine that missed the sync stands out. Empty if a response lacks the engine tag (patch 7)."""
+    if not all(ROLLOUT_ENGINE_SEED in exp.info for exp in experiences):
+        return {}
+    engine = _info_column(experiences, ROLLOUT_ENGINE_SEED).to(torch.int64) - int(train_seed)
+    out = {"copo_num_engines": float(engine.unique().numel())}
+    if all("copo_rollout_logprob_absdiff" in exp.info for exp in experiences):
+        gap = _info_column(experiences, "copo_rollout_logprob_absdiff").float()
+        for e in engine.unique().tolist():
+            out[f"copo_rollout_logprob_absdiff_engine{e}"] = gap[engine == e].mean().item()
+    return out
+
+
 @torch.no_grad()
 def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
     """Replacement for `RemoteExperienceMaker.compute_advantages_and_returns` under COPO estimators."""
@@ -89,6 +121,7 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
         out[indices] = values
         return out.reshape(-1, n)
 
+    check_prompt_groups(experiences, indices, n)
     rewards = by_prompt(torch.cat([exp.rewards.reshape(-1) for exp in experiences]))
     answer_ids = by_prompt(_info_column(experiences, ANSWER_ID).to(torch.int64))
     # What "incorrect" means for zero control and the selective ablations (--copo.incorrect): a final
@@ -128,14 +161,18 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
                        # prompts in the global statistics: the whole rollout batch, from every engine
                        "copo_num_prompts": float(rewards.shape[0])}
 
-    for i, exp in enumerate(experiences):
-        mask = exp.action_mask.to(torch.float32)
+    for exp in experiences:
         if exp.rollout_log_probs is not None and exp.action_log_probs is not None:
             # Train/inference mismatch per response: vLLM's logprobs of the sampled tokens against the
             # trainer's on the same tokens (mean |difference| over action tokens). After a correct
             # weight sync it is bf16 noise; stale weights in vLLM show up here first.
+            mask = exp.action_mask.to(torch.float32)
             diff = (exp.rollout_log_probs.float() - exp.action_log_probs.float()).abs() * mask
             exp.info["copo_rollout_logprob_absdiff"] = diff.sum(1) / mask.sum(1).clamp(min=1)
+    batch_constants.update(engine_metrics(experiences, args.train.seed))
+
+    for i, exp in enumerate(experiences):
+        mask = exp.action_mask.to(torch.float32)
         local = split["w_local_adv"][i].to(torch.float32)
         exp.advantages = local.unsqueeze(1) * mask
         exp.returns = exp.advantages.clone()
@@ -148,5 +185,6 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
             exp.info[k] = torch.full((len(exp.index),), float(v))
         # Ids are labels, not metrics: averaging them into the logs would be noise.
         exp.info.pop(ANSWER_ID, None)
+        exp.info.pop(ROLLOUT_ENGINE_SEED, None)
         exp.kl = None
     return experiences

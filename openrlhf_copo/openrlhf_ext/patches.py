@@ -1,6 +1,7 @@
 """Every place openrlhf_copo touches OpenRLHF, applied by `apply()`.
 
-Three patches, each a no-op unless the run's estimator is one of COPO's, and two for logging:
+Three patches that make COPO (each a no-op unless the run's estimator is one of COPO's), and four for
+logging and evaluation:
 
 1. `RemoteExperienceMaker.compute_advantages_and_returns` -> `advantages.copo_compute_advantages_and_returns`
    (COPO's advantages over the whole rollout batch, on the controller);
@@ -13,7 +14,10 @@ Three patches, each a no-op unless the run's estimator is one of COPO's, and two
 5. `compute_eval_metrics`: OpenRLHF's in-training evaluation also reports mean@k, its standard
    error and maj@k, and appends them to the metrics file as a row with `"eval": 1`;
 6. `BasePPOTrainer.init_checkpoint_states`: with `--copo.eval_before_train`, a run that starts
-   from step 0 evaluates once before its first step.
+   from step 0 evaluates once before its first step;
+7. the rollout executors' `execute` (`openrlhf.utils.agent`, in the vLLM engine actors): each
+   response carries the seed of the engine that sampled it, so that the advantage step can report
+   how many engines fed the batch and the weight-sync logprob gap of each engine.
 
 A monkeypatch made in the driver never reaches Ray actor processes, where these classes run.
 `worker_hook.ray_worker_setup` is therefore registered as Ray's `worker_process_setup_hook` (see
@@ -30,7 +34,7 @@ import inspect
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from openrlhf_copo.contract import ANSWER_ID, WEIGHTED_GLOBAL_ADV, sample_outcome
+from openrlhf_copo.contract import ANSWER_ID, ROLLOUT_ENGINE_SEED, WEIGHTED_GLOBAL_ADV, sample_outcome
 from openrlhf_copo.openrlhf_ext.config import is_copo
 from openrlhf_copo.openrlhf_ext.worker_hook import RAY_WORKER_SETUP_HOOK
 
@@ -95,6 +99,7 @@ def copo_advantages_or_none(maker, experiences):
     if not is_copo(maker.strategy.args):
         for exp in experiences:
             exp.info.pop(ANSWER_ID, None)
+            exp.info.pop(ROLLOUT_ENGINE_SEED, None)
         return None
 
     return copo_compute_advantages_and_returns(maker, experiences)
@@ -179,6 +184,30 @@ def patch_ppo_actor(module) -> bool:
     cls.training_step = training_step
     cls.__openrlhf_copo_patched__ = True
     return True
+
+
+def patch_agent(module) -> None:
+    """Patch 7 into a loaded `openrlhf.utils.agent` (vLLM engine actors): every response's `extra_logs`
+    gets ROLLOUT_ENGINE_SEED, the seed of the engine that sampled it (engine i has --train.seed + i)."""
+    for cls in (module.SingleTurnAgentExecutor, module.MultiTurnAgentExecutor):
+        original = cls.__dict__["execute"]
+        if getattr(original, _PATCHED_ATTR, False):
+            continue
+
+        def patched(original):
+            @functools.wraps(original)
+            async def execute(self, *args, **kwargs):
+                output = await original(self, *args, **kwargs)
+                engine = kwargs["llm_engine"] if "llm_engine" in kwargs else args[5]
+                seed = getattr(engine, "kwargs", {}).get("seed")
+                if seed is not None and isinstance(output, dict):
+                    output["extra_logs"] = {**(output.get("extra_logs") or {}), ROLLOUT_ENGINE_SEED: int(seed)}
+                return output
+
+            setattr(execute, _PATCHED_ATTR, True)
+            return execute
+
+        cls.execute = patched(original)
 
 
 def patch_ppo_trainer(module) -> None:

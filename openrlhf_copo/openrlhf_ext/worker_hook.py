@@ -30,6 +30,7 @@ POST_IMPORT_PATCHES = {
     "openrlhf.trainer.ppo_utils.experience_maker": "patch_experience_maker",
     "openrlhf.trainer.ray.ppo_actor": "patch_ppo_actor",
     "openrlhf.trainer.ppo_trainer": "patch_ppo_trainer",
+    "openrlhf.utils.agent": "patch_agent",
 }
 
 
@@ -37,6 +38,9 @@ def _run_patch(module) -> None:
     from openrlhf_copo.openrlhf_ext import patches
 
     getattr(patches, POST_IMPORT_PATCHES[module.__name__])(module)
+    # One line per patched module and worker: Ray prefixes it with the actor and its pid, so a job's log
+    # shows which workers, on which nodes, run with the patches.
+    print(f"openrlhf_copo: patched {module.__name__}", file=sys.stderr, flush=True)
 
 
 class _PatchingLoader(importlib.abc.Loader):

@@ -182,3 +182,34 @@ def test_in_training_eval_reports_mean_and_majority():
     # one prompt per source: no spread, so a standard error of 0
     assert logs == {"eval_math500_mean4": 0.5, "eval_math500_mean4_se": 0.0, "eval_math500_maj4": 1.0,
                     "eval_aime24_mean4": 0.25, "eval_aime24_mean4_se": 0.0, "eval_aime24_maj4": 0.0}
+
+
+def test_engines_feeding_the_batch_and_each_engines_logprob_gap(load_args):
+    """Two vLLM engines (seeds --train.seed + 0 and + 1, as OpenRLHF builds them): the step reports both and
+    the mean logprob gap of each engine's responses, so an engine that missed a weight sync stands out."""
+    from openrlhf_copo.contract import ROLLOUT_ENGINE_SEED
+
+    args = load_args(copo_argv("--train.seed", "7"))
+    maker, experiences = made_experiences(args, micro_batch=1)
+    for exp in experiences:  # prompts 0 and 2 sampled by engine 0, prompt 1 by engine 1 (stale: gap 0.5)
+        prompt = int(exp.index[0]) // 4
+        engine = 1 if prompt == 1 else 0
+        exp.info[ROLLOUT_ENGINE_SEED] = torch.tensor([7 + engine])
+        exp.rollout_log_probs = exp.action_log_probs + (0.5 if engine else 0.001) * exp.action_mask
+    experiences = maker.compute_advantages_and_returns(experiences)
+    info = experiences[0].info
+    assert ROLLOUT_ENGINE_SEED not in info  # a tag, not a metric
+    assert info["copo_num_engines"].tolist() == [2.0]
+    assert info["copo_num_prompts"].tolist() == [3.0]
+    assert info["copo_rollout_logprob_absdiff_engine0"].item() == pytest.approx(0.001, abs=1e-6)
+    assert info["copo_rollout_logprob_absdiff_engine1"].item() == pytest.approx(0.5, abs=1e-6)
+
+
+def test_a_group_mixing_two_prompts_is_refused(load_args):
+    """Each prompt's G responses form one group: a batch whose numbering puts another prompt's response into
+    a group must stop, not blend two prompts' rewards into one group's statistics."""
+    maker, experiences = made_experiences(load_args(copo_argv()), micro_batch=1)
+    a, b = experiences[0], experiences[4]  # response 0 of prompt 0 and response 0 of prompt 1
+    a.index, b.index = b.index, a.index
+    with pytest.raises(RuntimeError, match="group 0 of the rollout batch holds responses to different prompts"):
+        maker.compute_advantages_and_returns(experiences)
