@@ -25,6 +25,17 @@ def load_by_path(path):
     return module.reward_func
 
 
+def write_prompts(path: Path, n: int) -> Path:
+    """A prompt/label jsonl in the layout of the reproduction kit's files (chat messages, string label)."""
+    import json
+
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"prompt": [{"role": "user", "content": f"What is {i} + {i}? Answer in \\boxed{{}}."}],
+                                "label": str(2 * i)}) + "\n")
+    return path
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -18,7 +18,7 @@ DATA=${DATA:-data/dapo_math_17k.jsonl}
 SAVE_DIR=$(copo_abspath "${SAVE_DIR:-checkpoints/copo-$(basename "$MODEL")}")
 NNODES=${NNODES:-1}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
-VLLM_ENGINES=${VLLM_ENGINES:-$GPUS_PER_NODE}
+VLLM_ENGINES=${VLLM_ENGINES:-$((NNODES * GPUS_PER_NODE))}  # colocate_all: one engine per actor GPU
 
 ARGS=(
   --advantage_estimator "${ESTIMATOR:-copo}"

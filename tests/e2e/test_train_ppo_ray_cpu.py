@@ -13,18 +13,11 @@ import pytest
 import torch
 
 from openrlhf_copo.embedded.models import tiny_qwen2
+from tests_support import write_prompts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 COPO_METRICS = ["copo_entropy", "copo_w_local", "copo_w_global", "copo_signal_grpo", "copo_signal_copo",
                 "copo_weighted_global_adv", "copo_loss_local", "copo_loss_global", "policy_loss"]
-
-
-def write_prompts(path: Path, n: int) -> Path:
-    with open(path, "w") as f:
-        for i in range(n):
-            f.write(json.dumps({"prompt": [{"role": "user", "content": f"What is {i} + {i}? Answer in \\boxed{{}}."}],
-                                "label": str(2 * i)}) + "\n")
-    return path
 
 
 def train_argv(tmp: Path, model: str, data: Path, max_samples: int, *extra: str):

@@ -122,3 +122,12 @@ def test_checkpoint_and_data_paths_are_absolute(tmp_path):
     args = script_args("train_copo_ray.sh", DATA="BytedTsinghua-SIA/DAPO-Math-17k")
     assert args[args.index("--data.prompt_dataset") + 1] == "BytedTsinghua-SIA/DAPO-Math-17k"
     assert args[args.index("--ckpt.path") + 1].startswith(str(repo) + "/checkpoints/")
+
+
+@pytest.mark.parametrize("nodes", ["1", "4"])
+def test_multi_node_run_has_one_engine_per_actor_gpu(load_args, nodes):
+    """The scripts colocate everything (--train.colocate_all), where OpenRLHF asserts that vLLM's GPUs equal the
+    actor's: NNODES=4 must get 32 engines, not 8."""
+    args = load_args(script_args("train_copo_ray.sh", NNODES=nodes))
+    assert args.actor.num_nodes == int(nodes) and args.train.colocate_all
+    assert args.vllm.num_engines * args.vllm.tensor_parallel_size == args.actor.num_nodes * args.actor.num_gpus_per_node
