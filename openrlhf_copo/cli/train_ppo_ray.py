@@ -9,6 +9,7 @@ OpenRLHF's meaning; whatever stops the run ends on one line.
 
 from __future__ import annotations
 
+import re
 import runpy
 import sys
 import traceback
@@ -66,13 +67,24 @@ def _stop_ray() -> None:
         pass  # the message below matters more than a clean shutdown
 
 
+def _actor_death(error: BaseException) -> Optional[str]:
+    """Which worker died and why, from Ray's ActorDiedError text ("class_name: ...", "pid: ...", "The actor is
+    dead because ..."): on a cluster the first line alone ("The actor died unexpectedly") names nothing."""
+    text = str(error)
+    fields = dict(re.findall(r"^\s*(class_name|pid): (\S+)", text, re.MULTILINE))
+    if "class_name" not in fields:
+        return None
+    why = re.search(r"The actor is dead because ([^.]*)", text)
+    return f"{fields['class_name']} (pid {fields.get('pid', '?')}) died" + (f": {why.group(1)}" if why else "")
+
+
 def _failure_line(error: BaseException, args) -> str:
     # An error raised inside a Ray actor (the PPO controller's advantage step, say) comes back as a
     # RayTaskError whose first line is Ray's "ray::PPOTrainer.fit() (pid=...)": name the original.
     cause = getattr(error, "cause", None)
     if isinstance(cause, BaseException):
         error = cause
-    first = (str(error).strip().splitlines() or [""])[0][:300]
+    first = _actor_death(error) or (str(error).strip().splitlines() or [""])[0][:300]
     line = f"training stopped: {type(error).__name__}: {first}"
     if args is not None and (args.ckpt.save_steps or -1) > 0:
         line += (f"; checkpoints under {args.ckpt.path} are as last saved: rerun the same command with "

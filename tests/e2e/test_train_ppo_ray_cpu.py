@@ -5,6 +5,7 @@ A tiny random Qwen2 (2 layers, hidden 128) with SmolLM2's tokenizer; 2 prompts x
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -185,6 +186,7 @@ def test_killed_worker_stops_the_run_in_one_line_and_the_checkpoint_resumes(tmp_
     reason = [line for line in err.splitlines()
               if line.startswith("python -m openrlhf_copo.cli.train_ppo_ray: error: training stopped:")]
     assert len(reason) == 1, err[-3000:]
+    assert re.search(r"PolicyModelActor \(pid (\d+)\) died", reason[0]).group(1) in victims, reason[0]
     assert f"checkpoints under {tmp_path / 'ckpt'} are as last saved" in reason[0]
     # The kill may land while a checkpoint is being written: DeepSpeed's `latest` names the last complete one.
     latest = tmp_path / "ckpt" / "_actor" / "latest"

@@ -208,4 +208,5 @@ def test_two_rank_checkpoint_resumes_and_a_killed_worker_on_node_2_ends_the_job_
     assert cluster.status(job_id) == "FAILED"
     reasons = [line for line in cluster.logs(job_id).splitlines() if line.startswith(PROG_ERROR)]
     assert len(reasons) == 1, cluster.logs(job_id)[-4000:]
+    assert f"PolicyModelActor (pid {victim.pid}) died" in reasons[0]  # which worker, not just "an actor died"
     assert f"checkpoints under {tmp / 'ckpt'} are as last saved" in reasons[0]
