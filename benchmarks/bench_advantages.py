@@ -118,9 +118,9 @@ def main():
                                              setup=lambda: copy.deepcopy(experiences))
         print(f"\n{prompts} prompts x {samples} = {prompts * samples} responses")
         print(f"  core  group_norm {core_grpo * 1e3:9.2f} ms   copo {core_copo * 1e3:9.2f} ms   "
-              f"ratio {core_copo / core_grpo:6.1f}x")
+              f"ratio {core_copo / core_grpo:7.3f}x")
         print(f"  step  group_norm {step['group_norm'] * 1e3:9.2f} ms   copo {step['copo'] * 1e3:9.2f} ms   "
-              f"ratio {step['copo'] / step['group_norm']:6.1f}x   copo = "
+              f"ratio {step['copo'] / step['group_norm']:7.3f}x   copo = "
               f"{100 * step['copo'] / a.step_seconds:.3f}% of a {a.step_seconds:.0f} s step")
 
 
