@@ -36,6 +36,26 @@ def write_prompts(path: Path, n: int) -> Path:
     return path
 
 
+def descendants(pid: int) -> set:
+    """Every process below ``pid`` (a run's driver: its local Ray cluster and workers), from /proc. Tests kill
+    only their own run's workers, never another Ray job's on the same machine."""
+    children = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from openrlhf_copo.embedded.models import tiny_qwen2
-from tests_support import write_prompts
+from tests_support import descendants, write_prompts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 COPO_METRICS = ["copo_entropy", "copo_w_local", "copo_w_global", "copo_signal_grpo", "copo_signal_copo",
@@ -173,8 +173,10 @@ def test_killed_worker_stops_the_run_in_one_line_and_the_checkpoint_resumes(tmp_
     while time.time() < deadline and not (tmp_path / "metrics.jsonl").exists():
         time.sleep(1)
     assert (tmp_path / "metrics.jsonl").exists(), "no step completed"
-    victims = subprocess.run(["pgrep", "-f", "ray::PolicyModelActor"], capture_output=True, text=True).stdout.split()
-    assert victims, "found no PolicyModelActor process to kill"
+    ours = descendants(proc.pid)  # this run's Ray cluster only: another job's actors on this machine are not ours
+    victims = [pid for pid in subprocess.run(["pgrep", "-f", "ray::PolicyModelActor"], capture_output=True,
+                                             text=True).stdout.split() if int(pid) in ours]
+    assert victims, "found no PolicyModelActor process of this run to kill"
     for pid in victims:
         os.kill(int(pid), signal.SIGKILL)
     try:
