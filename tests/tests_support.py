@@ -56,6 +56,30 @@ def descendants(pid: int) -> set:
     return out
 
 
+def train_argv(tmp: Path, model: str, data: Path, max_samples: int, *extra: str) -> list:
+    """The end-to-end tests' command line: the tiny model, 2 prompts x 4 samples per step, one engine, one
+    DeepSpeed rank, checkpoints every step; ``extra`` flags follow (a repeated flag's last value wins)."""
+    return [
+        "--advantage_estimator", "copo",
+        "--actor.model_name_or_path", model,
+        "--reward.remote_url", str(REPO / "tests" / "fixtures" / "parity_reward.py"),
+        "--data.prompt_dataset", str(data), "--data.input_key", "prompt", "--data.label_key", "label",
+        "--data.apply_chat_template", "--data.max_samples", str(max_samples),
+        "--rollout.batch_size", "2", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "4",
+        "--train.batch_size", "8", "--train.micro_batch_size", "4",
+        "--rollout.max_new_tokens", "16", "--data.max_len", "160",
+        "--actor.adam.lr", "3e-3", "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
+        "--algo.kl.use_loss", "--algo.kl.init_coef", "0",
+        # vLLM's own logprobs of every sampled token, against DeepSpeed's on the same tokens
+        "--algo.advantage.is_correction_level", "token",
+        "--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1", "--vllm.sync_backend", "gloo",
+        "--vllm.enforce_eager", "--ds.zero_stage", "2", "--ds.attn_implementation", "sdpa",
+        "--ckpt.path", str(tmp / "ckpt"), "--ckpt.save_steps", "1", "--ckpt.load_enable",
+        "--ckpt.output_dir", str(tmp / "final"), "--copo.metrics_file", str(tmp / "metrics.jsonl"),
+        "--logger.logging_steps", "1", *extra,
+    ]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -14,33 +14,10 @@ import pytest
 import torch
 
 from openrlhf_copo.embedded.models import tiny_qwen2
-from tests_support import descendants, write_prompts
+from tests_support import descendants, train_argv, write_prompts
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 COPO_METRICS = ["copo_entropy", "copo_w_local", "copo_w_global", "copo_signal_grpo", "copo_signal_copo",
                 "copo_weighted_global_adv", "copo_loss_local", "copo_loss_global", "policy_loss"]
-
-
-def train_argv(tmp: Path, model: str, data: Path, max_samples: int, *extra: str):
-    return [
-        "--advantage_estimator", "copo",
-        "--actor.model_name_or_path", model,
-        "--reward.remote_url", str(FIXTURES / "parity_reward.py"),
-        "--data.prompt_dataset", str(data), "--data.input_key", "prompt", "--data.label_key", "label",
-        "--data.apply_chat_template", "--data.max_samples", str(max_samples),
-        "--rollout.batch_size", "2", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "4",
-        "--train.batch_size", "8", "--train.micro_batch_size", "4",
-        "--rollout.max_new_tokens", "16", "--data.max_len", "160",
-        "--actor.adam.lr", "3e-3", "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
-        "--algo.kl.use_loss", "--algo.kl.init_coef", "0",
-        # vLLM's own logprobs of every sampled token, against DeepSpeed's on the same tokens
-        "--algo.advantage.is_correction_level", "token",
-        "--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1", "--vllm.sync_backend", "gloo",
-        "--vllm.enforce_eager", "--ds.zero_stage", "2", "--ds.attn_implementation", "sdpa",
-        "--ckpt.path", str(tmp / "ckpt"), "--ckpt.save_steps", "1", "--ckpt.load_enable",
-        "--ckpt.output_dir", str(tmp / "final"), "--copo.metrics_file", str(tmp / "metrics.jsonl"),
-        "--logger.logging_steps", "1", *extra,
-    ]
 
 
 def train(tmp: Path, model: str, data: Path, max_samples: int, *extra: str, env=None):

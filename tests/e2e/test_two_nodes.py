@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from openrlhf_copo.embedded.models import tiny_qwen2
-from tests_support import REPO, free_port, write_prompts
+from tests_support import REPO, free_port, train_argv, write_prompts
 
 RAY = str(Path(sys.executable).parent / "ray")
 PROG_ERROR = "python -m openrlhf_copo.cli.train_ppo_ray: error: training stopped:"
@@ -79,27 +79,15 @@ class Cluster:
         return {n.node_id: n for n in list_nodes(address=self.address, detail=True)}
 
 
+#: What the two-node run changes in the end-to-end command line (a repeated flag's last value wins).
+TWO_NODES = ("--train.micro_batch_size", "2", "--algo.kl.init_coef", "0.01", "--algo.kl.estimator", "k3",
+             "--actor.num_nodes", "2", "--actor.num_gpus_per_node", "1",
+             "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "1",  # the reference model (KL 0.01), apart
+             "--vllm.num_engines", "2", "--ds.param_dtype", "fp32")
+
+
 def job_argv(tmp: Path, model: str, data: Path, max_samples: int, *extra: str):
-    return [
-        "--advantage_estimator", "copo",
-        "--actor.model_name_or_path", model,
-        "--reward.remote_url", str(REPO / "tests" / "fixtures" / "parity_reward.py"),
-        "--data.prompt_dataset", str(data), "--data.input_key", "prompt", "--data.label_key", "label",
-        "--data.apply_chat_template", "--data.max_samples", str(max_samples),
-        "--rollout.batch_size", "2", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "4",
-        "--train.batch_size", "8", "--train.micro_batch_size", "2",
-        "--rollout.max_new_tokens", "16", "--data.max_len", "160",
-        "--actor.adam.lr", "3e-3", "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
-        "--algo.kl.use_loss", "--algo.kl.init_coef", "0.01", "--algo.kl.estimator", "k3",
-        "--algo.advantage.is_correction_level", "token",
-        "--actor.num_nodes", "2", "--actor.num_gpus_per_node", "1",
-        "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "1",
-        "--vllm.num_engines", "2", "--vllm.sync_backend", "gloo", "--vllm.enforce_eager",
-        "--ds.zero_stage", "2", "--ds.attn_implementation", "sdpa", "--ds.param_dtype", "fp32",
-        "--ckpt.path", str(tmp / "ckpt"), "--ckpt.save_steps", "1", "--ckpt.load_enable",
-        "--ckpt.output_dir", str(tmp / "final"), "--copo.metrics_file", str(tmp / "metrics.jsonl"),
-        "--logger.logging_steps", "1", *extra,
-    ]
+    return train_argv(tmp, model, data, max_samples, *TWO_NODES, *extra)
 
 
 def steps(tmp: Path):
