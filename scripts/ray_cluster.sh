@@ -69,6 +69,9 @@ case "${1:-}" in
     mkdir -p "$DIR"
     # Multi-node needs Ray's cluster switch on (the CPU path's single-node runs turn it off).
     export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1
+    # The dashboard (it serves `ray job submit`) gives each of its modules 30 s to start; on a loaded 2-core
+    # machine one missed that and the head failed. Allow 3 minutes.
+    export RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=${RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT:-180}
     common=(--node-ip-address 127.0.0.1 --num-cpus "$CPUS" --disable-usage-stats --temp-dir "$DIR")
     start_node head --head --port "$PORT" --num-gpus "$HEAD_GPUS" "${common[@]}" \
       --include-dashboard true --dashboard-host 127.0.0.1 --dashboard-port "$DASHBOARD_PORT"
