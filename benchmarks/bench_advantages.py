@@ -45,8 +45,9 @@ def median_seconds(fn, repeats, setup=lambda: None):
     return statistics.median(times)
 
 
-def rollout(prompts, samples, response_tokens, micro_batch, estimator):
-    """The experience maker and its micro-batched experiences for one rollout batch (no model involved)."""
+def rollout(rewards, ids, response_tokens, micro_batch, estimator):
+    """The experience maker and its micro-batched experiences for one rollout batch of [B, G] rewards and
+    answer ids (no model involved)."""
     from openrlhf.trainer.ppo_utils.experience import Experience
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
@@ -54,19 +55,18 @@ def rollout(prompts, samples, response_tokens, micro_batch, estimator):
 
     from openrlhf_copo.cli.train_ppo_ray import load_args
 
+    prompts, samples = rewards.shape
     args = load_args(["--advantage_estimator", estimator, "--actor.model_name_or_path", "unused",
                       "--reward.remote_url", "unused.py", "--rollout.n_samples_per_prompt", str(samples),
                       "--rollout.batch_size", str(prompts), "--rollout.micro_batch_size", str(micro_batch),
-                      "--train.batch_size", str(prompts * samples), "--algo.kl.use_loss", "--algo.kl.init_coef", "0", "--algo.kl.estimator", "k3"])
+                      "--train.batch_size", str(prompts * samples), "--algo.kl.use_loss", "--algo.kl.init_coef", "0",
+                      "--algo.kl.estimator", "k3"])
 
     class _Tokenizer:
         pad_token_id = 0
 
     maker = RemoteExperienceMaker(None, None, None, None, FixedKLController(0.0), DeepspeedStrategy(args=args),
                                   tokenizer=_Tokenizer())
-    g = torch.Generator().manual_seed(0)
-    rewards = (torch.rand(prompts, samples, generator=g) < 0.4).float()
-    ids = torch.randint(0, 4, (prompts, samples), generator=g)
     prompt_tokens = 16  # the prompt's length does not enter the advantage step
     T = prompt_tokens + response_tokens
     action_mask = torch.zeros(1, T - 1, dtype=torch.long)
@@ -113,7 +113,7 @@ def main():
 
         step = {}
         for estimator in ("group_norm", "copo"):
-            maker, experiences = rollout(prompts, samples, a.response_tokens, a.rollout_micro_batch, estimator)
+            maker, experiences = rollout(rewards, ids, a.response_tokens, a.rollout_micro_batch, estimator)
             step[estimator] = median_seconds(lambda exps: maker.compute_advantages_and_returns(exps), a.repeats,
                                              setup=lambda: copy.deepcopy(experiences))
         print(f"\n{prompts} prompts x {samples} = {prompts * samples} responses")

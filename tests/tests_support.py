@@ -146,6 +146,15 @@ class _PadTokenizer:
     pad_token_id = 0
 
 
+def experience_maker(strategy, kl_coef: float = 0.0):
+    """OpenRLHF's real RemoteExperienceMaker for the advantage step alone (no model, engines or reward)."""
+    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+    from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+
+    return RemoteExperienceMaker(None, None, None, None, FixedKLController(kl_coef), strategy,
+                                 tokenizer=_PadTokenizer())
+
+
 def build_trainer(args):
     """What PolicyModelActor.init_model_from_pretrained does, minus Ray: a real Actor in a real DeepSpeed engine."""
     from openrlhf.models import Actor
@@ -168,11 +177,7 @@ def build_trainer(args):
 
 def micro_batch(args, trainer, rewards, ids, old_logprob_shift, device="cpu"):
     """Rollout -> patched advantages -> OpenRLHF's replay buffer -> one collated micro-batch (on ``device``)."""
-    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
-    from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
-
-    maker = RemoteExperienceMaker(None, None, None, None, FixedKLController(0.0), trainer.strategy,
-                                  tokenizer=_PadTokenizer())
+    maker = experience_maker(trainer.strategy)
     experiences = maker.split_rollout_samples(make_rollout(rewards, ids))
     with torch.no_grad():
         for exp in experiences:

@@ -84,10 +84,11 @@ def engine_metrics(experiences, train_seed: int) -> dict:
     if not all(ROLLOUT_ENGINE_SEED in exp.info for exp in experiences):
         return {}
     engine = _info_column(experiences, ROLLOUT_ENGINE_SEED).to(torch.int64) - int(train_seed)
-    out = {"copo_num_engines": float(engine.unique().numel())}
+    engines = engine.unique().tolist()
+    out = {"copo_num_engines": float(len(engines))}
     if all("copo_rollout_logprob_absdiff" in exp.info for exp in experiences):
         gap = _info_column(experiences, "copo_rollout_logprob_absdiff").float()
-        for e in engine.unique().tolist():
+        for e in engines:
             out[f"copo_rollout_logprob_absdiff_engine{e}"] = gap[engine == e].mean().item()
     return out
 

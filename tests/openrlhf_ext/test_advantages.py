@@ -3,25 +3,17 @@
 import pytest
 import torch
 
-from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
-from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 from openrlhf.utils.deepspeed import DeepspeedStrategy
 
 from openrlhf_copo.core import copo_advantages
 from openrlhf_copo.openrlhf_ext.config import CopoConfigError
-from tests_support import copo_argv, make_rollout
+from tests_support import copo_argv, experience_maker, make_rollout
 
 pytestmark = pytest.mark.usefixtures("copo_patched")
 
 
 def maker_for(args):
-    strategy = DeepspeedStrategy(args=args)  # the constructor only reads args: no process group needed
-    return RemoteExperienceMaker(None, None, None, None, FixedKLController(args.algo.kl.init_coef), strategy,
-                                 tokenizer=_PadTokenizer())
-
-
-class _PadTokenizer:
-    pad_token_id = 0
+    return experience_maker(DeepspeedStrategy(args=args), args.algo.kl.init_coef)  # the constructor only reads args
 
 
 # 3 prompts x 4 responses: all correct (one answer), all wrong (two answers), mixed.

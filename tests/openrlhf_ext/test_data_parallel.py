@@ -9,7 +9,7 @@ gradients. The old log-probabilities are the actor's own, from its `forward` (as
 import pytest
 import torch
 
-from tests_support import copo_argv, make_rollout
+from tests_support import copo_argv, experience_maker, make_rollout
 
 pytestmark = pytest.mark.usefixtures("copo_patched")
 
@@ -44,8 +44,6 @@ def ray_cpu(load_args, model):
 def train_one_step(load_args, model: str, world: int, experiences=None):
     """A PolicyModelActor group of ``world`` ranks; returns (parameters before, after, the experiences)."""
     import ray
-    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
-    from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
     from openrlhf.trainer.ray.launcher import RayActorGroup
     from openrlhf.trainer.ray.ppo_actor import PolicyModelActor
     from openrlhf.utils import get_strategy
@@ -64,11 +62,7 @@ def train_one_step(load_args, model: str, world: int, experiences=None):
         rank0 = group._actor_handlers[0]
         before = ray.get(rank0.__ray_call__.remote(parameters))
         if experiences is None:
-            class _Tokenizer:
-                pad_token_id = 0
-
-            maker = RemoteExperienceMaker(None, None, None, None, FixedKLController(0.0), strategy,
-                                          tokenizer=_Tokenizer())
+            maker = experience_maker(strategy)
             experiences = maker.split_rollout_samples(make_rollout(REWARDS, IDS))
             for exp in experiences:  # the current policy's log-probs: the first PPO epoch is on-policy
                 exp.action_log_probs = ray.get(rank0.forward.remote(exp.sequences, exp.action_mask,
