@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import runpy
 import sys
+import time
 import traceback
 from typing import List, Optional
 
@@ -67,15 +68,59 @@ def _stop_ray() -> None:
         pass  # the message below matters more than a clean shutdown
 
 
+# Why a worker died, as Ray words it in an ActorDiedError and in its actor table ("The actor is dead because
+# its worker process has died. Worker exit type: ...").
+_DEATH_REASON = re.compile(r"The actor is dead because ([^.]*)")
+# What the surviving ranks of a collective raise when a peer is gone: gloo's "Connection closed by peer",
+# NCCL's DistBackendError, a broken socket.
+_PEER_LOST = re.compile(r"connection (?:closed|reset) by peer|broken pipe|gloo|nccl|DistBackendError", re.IGNORECASE)
+DEAD_WORKER_WAIT_S = 10.0
+
+
+def _death_line(class_name: str, pid, message: str) -> str:
+    why = _DEATH_REASON.search(message)
+    class_name = class_name.rsplit(".", 1)[-1]  # the actor table holds the qualified name
+    return f"{class_name} (pid {pid}) died" + (f": {why.group(1)}" if why else "")
+
+
 def _actor_death(error: BaseException) -> Optional[str]:
     """Which worker died and why, from Ray's ActorDiedError text ("class_name: ...", "pid: ...", "The actor is
     dead because ..."): on a cluster the first line alone ("The actor died unexpectedly") names nothing."""
-    text = str(error)
-    fields = dict(re.findall(r"^\s*(class_name|pid): (\S+)", text, re.MULTILINE))
+    fields = dict(re.findall(r"^\s*(class_name|pid): (\S+)", str(error), re.MULTILINE))
     if "class_name" not in fields:
         return None
-    why = re.search(r"The actor is dead because ([^.]*)", text)
-    return f"{fields['class_name']} (pid {fields.get('pid', '?')}) died" + (f": {why.group(1)}" if why else "")
+    return _death_line(fields["class_name"], fields.get("pid", "?"), str(error))
+
+
+def _dead_worker(error: BaseException) -> Optional[str]:
+    """A worker of this job that died on its own (crash, SIGKILL, OOM, lost node; not `ray.kill`), from Ray's
+    actor table, which needs no dashboard.
+
+    Why: when one DeepSpeed rank dies, the other ranks' collective fails at once ("Connection closed by
+    peer"), and that error often reaches the driver before Ray's ActorDiedError does. The line must name
+    the worker that died, not the one that noticed. For such a peer-lost error Ray is given up to
+    DEAD_WORKER_WAIT_S to record the death; for any other error it is asked once."""
+    import ray
+    from ray._private import state  # the GCS actor table (ray.util.state needs the dashboard)
+    from ray.core.generated.common_pb2 import ActorDiedErrorContext
+
+    if not ray.is_initialized():
+        return None
+    unintended = (ActorDiedErrorContext.WORKER_DIED, ActorDiedErrorContext.NODE_DIED)
+    job = ray.get_runtime_context().get_job_id()
+    deadline = time.monotonic() + (DEAD_WORKER_WAIT_S if _PEER_LOST.search(str(error)) else 0.0)
+    while True:
+        dead = state.actors(job_id=ray.JobID.from_hex(job), actor_state_name="DEAD").values()
+        for actor in sorted(dead, key=lambda a: a["EndTime"]):  # the first to die, not what it took down
+            cause = actor["DeathCause"]
+            if cause.WhichOneof("context") == "oom_context":
+                return _death_line(actor["ActorClassName"], actor["Pid"], cause.oom_context.error_message)
+            died = cause.actor_died_error_context
+            if cause.WhichOneof("context") == "actor_died_error_context" and died.reason in unintended:
+                return _death_line(actor["ActorClassName"], actor["Pid"], died.error_message)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.5)
 
 
 def _failure_line(error: BaseException, args) -> str:
@@ -84,8 +129,17 @@ def _failure_line(error: BaseException, args) -> str:
     cause = getattr(error, "cause", None)
     if isinstance(cause, BaseException):
         error = cause
-    first = _actor_death(error) or (str(error).strip().splitlines() or [""])[0][:300]
-    line = f"training stopped: {type(error).__name__}: {first}"
+    first = (str(error).strip().splitlines() or [""])[0]
+    death = _actor_death(error)
+    if death:
+        line = f"training stopped: {type(error).__name__}: {death}"
+    else:
+        try:
+            death = _dead_worker(error)
+        except Exception:  # asking Ray is a courtesy: the error itself must still come out
+            death = None
+        line = (f"training stopped: ActorDiedError: {death} (then {type(error).__name__}: {first[:200]})" if death
+                else f"training stopped: {type(error).__name__}: {first[:300]}")
     if args is not None and (args.ckpt.save_steps or -1) > 0:
         line += (f"; checkpoints under {args.ckpt.path} are as last saved: rerun the same command with "
                  "--ckpt.load_enable to resume")

@@ -212,3 +212,57 @@ def test_every_setting_is_a_flag_with_its_declared_default(load_args):
     record = resume_record(args)
     assert record == {"estimator": "copo", "mode": "copo", "gamma": 20.0, "rho": 1.5, "zero_control": "prompt",
                       "incorrect": "answer", "std": "population", "eps": 1e-6, "entropy_base": 2.0}
+
+
+def test_a_rank_killed_mid_collective_is_named_not_the_rank_that_noticed():
+    """Seen in CI: with one DeepSpeed rank SIGKILLed, the other rank's gloo all-reduce failed first
+    ("Connection closed by peer") and the last line named that RuntimeError, not the dead rank. Real Ray
+    actors in a real gloo group: the survivor's own error goes in, the line names the killed worker."""
+    import os
+    import signal
+
+    import ray
+
+    from openrlhf_copo.cli.train_ppo_ray import _failure_line
+    from tests_support import free_port
+
+    @ray.remote(num_cpus=0)
+    class Rank:
+        def __init__(self, rank, port):
+            import torch.distributed as dist
+
+            self.rank, self.port = rank, port
+            self.dist = dist
+
+        def join(self):
+            self.dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{self.port}", rank=self.rank,
+                                         world_size=2)
+            return os.getpid()
+
+        def all_reduce_forever(self):
+            import torch
+
+            while True:
+                self.dist.all_reduce(torch.ones(1024))
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+    try:
+        port = free_port()
+        survivor, victim, bystander = Rank.remote(0, port), Rank.remote(1, port), Rank.remote(0, 0)
+        survivor_pid, victim_pid = ray.get([survivor.join.remote(), victim.join.remote()])
+        ray.kill(bystander)  # killed on purpose: not a cause to report
+        with pytest.raises(ray.exceptions.ActorDiedError):
+            ray.get(bystander.join.remote(), timeout=60)  # its death is on record now
+        assert _failure_line(ValueError("bad reward"), None) == "training stopped: ValueError: bad reward"
+        running = [survivor.all_reduce_forever.remote(), victim.all_reduce_forever.remote()]
+        os.kill(victim_pid, signal.SIGKILL)
+        with pytest.raises(Exception) as caught:
+            ray.get(running[0], timeout=120)
+        noticed = caught.value
+        assert "Connection closed by peer" in str(noticed) or "Connection reset by peer" in str(noticed)
+        line = _failure_line(noticed, None)
+        assert line.startswith(f"training stopped: ActorDiedError: Rank (pid {victim_pid}) died: its worker "
+                               f"process has died (then RuntimeError: "), line
+        assert str(survivor_pid) not in line and "\n" not in line
+    finally:
+        ray.shutdown()
