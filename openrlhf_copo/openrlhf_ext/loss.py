@@ -16,6 +16,9 @@ from typing import Optional
 
 import torch
 
+# What OpenRLHF's training step passes to the loss to normalize it over the optimizer step (and all ranks).
+STEP_NORMALIZERS = ("dp_size", "batch_num_tokens", "global_batch_size")
+
 
 class CopoPolicyLoss(torch.nn.Module):
     """Wraps the trainer's PolicyLoss. The trainer's `training_step` hands it the micro-batch's
@@ -26,6 +29,11 @@ class CopoPolicyLoss(torch.nn.Module):
         self.base = base
         self.global_advantages: Optional[torch.Tensor] = None
         self.last_terms: Optional[tuple] = None  # (local loss, global loss, global clip ratio), detached
+
+    @property
+    def term_weight(self) -> str:
+        """How OpenRLHF's ppo_train should weight the logged terms across micro-batches and ranks."""
+        return "token" if getattr(self.base, "token_level_loss", True) else "sample"
 
     def forward(self, log_probs, old_log_probs, advantages, action_mask=None, **kwargs):
         g = self.global_advantages
@@ -43,6 +51,19 @@ class CopoPolicyLoss(torch.nn.Module):
             global_adv = global_adv * action_mask
         local = self.base(log_probs, old_log_probs, advantages, action_mask=action_mask, **kwargs)
         glob = self.base(log_probs, old_log_probs, global_adv, action_mask=action_mask, **kwargs)
-        self.last_terms = (local[0].detach(), glob[0].detach(), glob[1].detach())
+        if kwargs.get("batch_num_tokens") is not None or kwargs.get("global_batch_size") is not None:
+            # The returned terms are divided by the whole optimizer step's token (sample) count, so that
+            # the micro-batches sum to one mean. Logged with OpenRLHF's token (sample) weights, such a term
+            # would come out as a weighted mean of partial sums: it depends on how the shuffle pairs
+            # responses into micro-batches and on the number of ranks. The logged terms are this
+            # micro-batch's own means instead; weighted by its token (sample) count they add up to the
+            # step's exact mean, for any micro-batching and any number of ranks.
+            own = {k: v for k, v in kwargs.items() if k not in STEP_NORMALIZERS}
+            with torch.no_grad():
+                local_mean = self.base(log_probs, old_log_probs, advantages, action_mask=action_mask, **own)[0]
+                global_mean = self.base(log_probs, old_log_probs, global_adv, action_mask=action_mask, **own)[0]
+        else:
+            local_mean, global_mean = local[0], glob[0]
+        self.last_terms = (local_mean.detach(), global_mean.detach(), glob[1].detach())
         # Clip ratio, PPO-KL and IS statistics are the local term's (same ratio in both terms).
         return (local[0] + glob[0],) + tuple(local[1:])

@@ -132,7 +132,8 @@ def after_training_step(trainer, status: dict) -> dict:
     if isinstance(loss, CopoPolicyLoss) and loss.last_terms is not None:
         local, glob, glob_clip = loss.last_terms
         status["metrics"].update(copo_loss_local=local, copo_loss_global=glob, copo_clip_ratio_global=glob_clip)
-        status["weights"].update(copo_loss_local="token", copo_loss_global="token", copo_clip_ratio_global="token")
+        w = loss.term_weight  # the terms are micro-batch means (CopoPolicyLoss.forward): exact step means in the log
+        status["weights"].update(copo_loss_local=w, copo_loss_global=w, copo_clip_ratio_global="token")
     return status
 
 

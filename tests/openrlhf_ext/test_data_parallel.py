@@ -9,6 +9,7 @@ gradients. The old log-probabilities are the actor's own, from its `forward` (as
 import pytest
 import torch
 
+from openrlhf_copo.contract import WEIGHTED_GLOBAL_ADV
 from tests_support import copo_argv, experience_maker, make_rollout
 
 pytestmark = pytest.mark.usefixtures("copo_patched")
@@ -99,3 +100,16 @@ def test_two_ranks_give_the_parameters_of_one(load_args, model):
     # (half the batch's loss, per-shard global statistics) moves every weight by up to lr instead.
     assert ((two - one).norm() / one.norm()).item() < 1e-4
     assert (two - one).abs().max().item() < 0.1 * LR
+    # The logged COPO terms are the step's exact token means (ratio 1 on the first, on-policy step, so a term is
+    # the token mean of minus its advantage) on one rank and on two, whatever pairs the shuffle makes. OpenRLHF's
+    # own policy_loss is not such a mean: it logged 0.051 on one rank and 0.0003 on two for this same update.
+    tokens, local_sum, global_sum = 0.0, 0.0, 0.0
+    for exp in experiences:
+        mask = exp.action_mask.float()
+        weighted_global = torch.stack(list(exp.info[WEIGHTED_GLOBAL_ADV])).float().view(-1, 1)
+        tokens += mask.sum().item()
+        local_sum -= (exp.advantages.float() * mask).sum().item()
+        global_sum -= (weighted_global * mask).sum().item()
+    for s in (status[0], status2[0], status2[1]):
+        assert s["copo_loss_local"] == pytest.approx(local_sum / tokens, rel=1e-4)
+        assert s["copo_loss_global"] == pytest.approx(global_sum / tokens, rel=1e-4)
