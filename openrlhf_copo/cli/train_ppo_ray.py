@@ -51,11 +51,18 @@ def _run(argv: List[str], stop_before_training: bool) -> dict:
         if stop_before_training:
             raise
         traceback.print_exc()
-        _stop_ray()  # so that Ray's log forwarding does not print after the last line
-        _fail(_failure_line(e, captured.get("args")))
+        _fail(_stop_on_failure(e, captured.get("args")))
     finally:
         sys.argv = saved_argv
     return captured
+
+
+def _stop_on_failure(error: BaseException, args) -> str:
+    """The one line saying what stopped training, then Ray shut down (so that its log forwarding does not print
+    after that line). In this order: naming a worker that died asks Ray's actor table."""
+    line = _failure_line(error, args)
+    _stop_ray()
+    return line
 
 
 def _stop_ray() -> None:
