@@ -114,10 +114,10 @@ def _dead_worker(error: BaseException) -> Optional[str]:
     if not ray.is_initialized():
         return None
     unintended = (ActorDiedErrorContext.WORKER_DIED, ActorDiedErrorContext.NODE_DIED)
-    job = ray.get_runtime_context().get_job_id()
+    job = ray.JobID.from_hex(ray.get_runtime_context().get_job_id())
     deadline = time.monotonic() + (DEAD_WORKER_WAIT_S if _PEER_LOST.search(str(error)) else 0.0)
     while True:
-        dead = state.actors(job_id=ray.JobID.from_hex(job), actor_state_name="DEAD").values()
+        dead = state.actors(job_id=job, actor_state_name="DEAD").values()
         for actor in sorted(dead, key=lambda a: a["EndTime"]):  # the first to die, not what it took down
             cause = actor["DeathCause"]
             if cause.WhichOneof("context") == "oom_context":

@@ -216,9 +216,9 @@ def test_every_setting_is_a_flag_with_its_declared_default(load_args):
 
 def test_a_rank_killed_mid_collective_is_named_not_the_rank_that_noticed():
     """Seen in CI: with one DeepSpeed rank SIGKILLed, the other rank's gloo all-reduce failed first
-    ("Connection reset by peer") and the last line named that RuntimeError, not the dead rank. (A first fix
-    asked Ray's actor table after the CLI had already shut Ray down: the test goes through the CLI's ending.) Real Ray
-    actors in a real gloo group: the survivor's own error goes in, the line names the killed worker."""
+    ("Connection reset by peer") and the last line named that RuntimeError, not the dead rank. Real Ray actors
+    in a real gloo group: the survivor's own error goes in, the line names the killed worker. It goes through
+    the CLI's ending (a first fix asked Ray's actor table after the CLI had already shut Ray down)."""
     import os
     import signal
 
