@@ -22,9 +22,9 @@ import hashlib
 import json
 import os
 import re
-from typing import Optional
+from typing import List, Optional, Tuple
 
-__all__ = ["extract_answer", "stable_id", "response_text", "model_text", "STOP_TOKENS_ENV"]
+__all__ = ["extract_answer", "answer_value", "stable_id", "response_text", "model_text", "STOP_TOKENS_ENV"]
 
 # ---------------------------------------------------------------------------------------------
 # 1. The response as the model wrote it.
@@ -87,51 +87,112 @@ def model_text(response: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. Its final answer.
+# 2. Its final answer: the last final-answer statement.
+#
+# A model states its final answer last: "... so 41.\nAnswer: 41" after an intermediate "$\boxed{42}$" means 41,
+# and Minerva's "Final Answer: The final answer is $10,455$. I hope it is correct." after a "\boxed{255}" of a
+# sub-step means 10,455. So every statement form is a candidate, and the one that starts last wins (verl's DAPO
+# reward lets any \boxed beat any "Answer:", which rewards the intermediate 42).
 
-# "Answer: 42" anywhere (the DAPO-Math prompt asks for "Answer: $Answer" on the last line, and
-# DAPO's reference reward takes the last "Answer:" of the response's tail), in markdown too:
-# "**Answer:** 12", "**Final Answer**: 12", "Compute: 6*7. Answer: 42".
+_BOX_TAG = re.compile(r"\\(?:boxed|fbox)")
+# "Answer: 42" (the DAPO-Math prompt's last line), in markdown too: "**Answer:** 12", "**Final Answer**: 12".
 _ANSWER_COLON = re.compile(r"answer\s*(?:\*\*|__)?\s*[:\uff1a]", re.IGNORECASE)
-_ANSWER_IS = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*[:\uff1a]?\s*([^\n]+)", re.IGNORECASE)
+# "the answer is 5", "The final answer is $7.78$. I hope it is correct." (Minerva), "my final answer is: 5".
+_ANSWER_IS = re.compile(r"\b(?:(?:the|my|our)\s+(?:final\s+)?|final\s+)answer\s+is\s*[:\uff1a]?", re.IGNORECASE)
 # The "final number" rule (lm-eval's flexible extract), an option for models that follow no answer format:
 # the last number written, with thousands separators, decimals or a fraction.
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+)?")
-# Longest answer we consider: a longer "answer" is not a final answer, and math-verify's
-# parsing time grows with length.
-MAX_ANSWER_CHARS = 512
+# What may stand between the boxes (or $...$ pieces) of one answer: "\boxed{1}, \boxed{2} and \boxed{3}".
+_JOINER = re.compile(r"(?:\s|\$|\\quad|\\qquad|\\[,;! ]|\\text\{\s*(?:,|and|or)?\s*\}|,|;|\band\b|\bor\b)*", re.IGNORECASE)
+#: At most this many boxes form one answer (math-verify joins up to 6; a list of 12 roots is still one answer).
+MAX_JOINED = 12
+_MATH_OPEN = (("$$", "$$"), ("\\[", "\\]"), ("$", "$"), ("\\(", "\\)"))
+# The end of the sentence that states an answer: a period followed by white space or the end ("7.78. I hope").
+_SENTENCE_END = re.compile(r"\.(?=\s|$)")
 
 
-_BOX_TAG = re.compile(r"\\(?:boxed|fbox)")
-
-
-def _last_boxed(text: str) -> Optional[str]:
-    """Content of the last balanced `\\boxed{...}` / `\\fbox{...}` (or `\\boxed 5`), or None.
-
-    One pass matches every brace, so even a response of thousands of unbalanced boxes costs
-    linear time.
-    """
-    tags = [m.end() for m in _BOX_TAG.finditer(text)]
-    if not tags:
-        return None
+def _brace_pairs(text: str) -> dict:
+    """{index of "{": index of its matching "}"} for the whole text, in one linear pass."""
     closing, stack = {}, []
     for j, c in enumerate(text):
         if c == "{":
             stack.append(j)
         elif c == "}" and stack:
             closing[stack.pop()] = j
-    for end in reversed(tags):
-        rest = text[end:]
+    return closing
+
+
+def _boxes(text: str) -> List[Tuple[int, int, str]]:
+    """Every `\\boxed{...}` / `\\fbox{...}` (or `\\boxed 5`) as (start, end, content), in order. Linear time,
+    even on thousands of unbalanced boxes; an unclosed box is skipped."""
+    tags = list(_BOX_TAG.finditer(text))
+    if not tags:
+        return []
+    closing = _brace_pairs(text)
+    found = []
+    for tag in tags:
+        rest = text[tag.end():]
         stripped = rest.lstrip()
         if stripped.startswith("{"):
-            i = end + (len(rest) - len(stripped))
+            i = tag.end() + (len(rest) - len(stripped))
             if i in closing:
-                return text[i + 1 : closing[i]]
+                found.append((tag.start(), closing[i] + 1, text[i + 1: closing[i]]))
         elif rest[:1].isspace():  # "\boxed 5"
             m = re.match(r"\s+([^\s$]+)", rest)
             if m:
-                return m.group(1)
+                found.append((tag.start(), tag.end() + m.end(), m.group(1)))
+    return found
+
+
+def _joined(pieces: List[str]) -> str:
+    """Several boxes (or math pieces) of one statement as one answer, the way math-verify reads
+    "\\boxed{1}, \\boxed{2}, \\boxed{3}": the set {1, 2, 3}."""
+    return pieces[0] if len(pieces) == 1 else ", ".join(p.strip() for p in pieces)
+
+
+def _box_statement(text: str, boxes: List[Tuple[int, int, str]], k: int) -> str:
+    """The answer of box ``k`` with the boxes just before it that belong to the same statement."""
+    pieces = [boxes[k][2]]
+    while k > 0 and len(pieces) < MAX_JOINED:
+        gap = text[boxes[k - 1][1]: boxes[k][0]]
+        if not gap or _JOINER.fullmatch(gap) is None or not re.search(r"[,;]|and|or", gap, re.IGNORECASE):
+            break
+        k -= 1
+        pieces.insert(0, boxes[k][2])
+    return _joined(pieces)
+
+
+def _math_piece(text: str) -> Optional[Tuple[str, int]]:
+    """(content, end) of the math environment ``text`` opens with ($$..$$, \\[..\\], $..$, \\(..\\)), or None."""
+    for left, right in _MATH_OPEN:
+        if text.startswith(left):
+            j = text.find(right, len(left))
+            if j > len(left) and (left in ("$$", "\\[") or "\n" not in text[len(left): j]):
+                return text[len(left): j], j + len(right)
+            return None
     return None
+
+
+def _stated(tail: str) -> str:
+    """What follows "Answer:" or "the answer is": the math it opens with (several pieces joined, across lines for
+    display math), else the rest of its line up to the end of its sentence ("7.78. I hope it is correct." -> 7.78)."""
+    tail = tail.lstrip(" \t*_")
+    if tail.startswith("\n"):  # "Answer:\n42"
+        tail = tail.lstrip()
+    piece = _math_piece(tail)
+    if piece is not None:
+        pieces, end = [piece[0]], piece[1]
+        while len(pieces) < MAX_JOINED:
+            sep = re.match(r"\s*(?:,|;|\band\b|\bor\b)\s*", tail[end:], re.IGNORECASE)
+            nxt = _math_piece(tail[end + sep.end():]) if sep else None
+            if nxt is None:
+                break
+            pieces.append(nxt[0])
+            end += sep.end() + nxt[1]
+        return _joined(pieces)
+    line = tail.split("\n", 1)[0]
+    m = _SENTENCE_END.search(line)
+    return line[: m.start()] if m else line
 
 
 _EMPHASIS = re.compile(r"^(?:\*\*|__|\*|_)+|(?:\*\*|__|\*|_)+$")
@@ -157,11 +218,17 @@ def extract_answer(response: str, *, last_number: bool = False) -> Optional[str]
     evaluation and `evaluate` alike.
 
     1. Read the response as the model wrote it (`model_text`: cut at the first end-of-turn token).
-    2. Take the last `\\boxed{}` (or `\\fbox{}`), else the rest of the line after the last "Answer:"
-       anywhere (also "Final Answer:", "**Answer:**"; a box inside it wins), else the last
-       "the answer is ...".
-    3. Strip markdown emphasis, `$`/`\\(`/`\\[` delimiters and a final period. Empty or over-long
-       (> MAX_ANSWER_CHARS) candidates count as no answer.
+    2. Its final-answer statements are every `\\boxed{}` / `\\fbox{}`, every "Answer:" (also "Final Answer:",
+       "**Answer:**") and every "the (final) answer is"; the one that **starts last** gives the answer
+       (a box inside an "Answer:" line starts after it, so the box wins there).
+       - a box: its content; boxes just before it joined by commas / "and" / "or" are one answer
+         (`\\boxed{1}, \\boxed{2}` -> `1, 2`, which math-verify reads as the set {1, 2});
+       - "Answer:" / "the answer is": the math it opens with (`$...$`, `\\(...\\)`, display math across lines;
+         pieces joined by commas / "and" likewise), else the rest of its line up to the end of the sentence,
+         so Minerva's "The final answer is 7.78. I hope it is correct." gives 7.78.
+       A statement that gives nothing (an empty `\\boxed{}`, a bare "Answer:") yields to the one before it.
+    3. Strip markdown emphasis, `$`/`\\(`/`\\[` delimiters and a final period. There is no length limit: a long
+       final line is still the answer (the verifier's deadline bounds the work, not the line).
 
     With ``last_number`` (the reward option `math_last_number_reward.py`, `evaluate --answer_rule
     last_number`), a response that has none of the forms of step 2 answers with its last number.
@@ -169,29 +236,110 @@ def extract_answer(response: str, *, last_number: bool = False) -> Optional[str]
     if not response:
         return None
     response = model_text(response)
-    candidate = _last_boxed(response)
-    if candidate is None:
-        last = None
-        for last in _ANSWER_COLON.finditer(response):
-            pass
-        if last is not None:  # the rest of its line (or the next line, after "Answer:\n")
-            candidate = response[last.end() :].lstrip().split("\n", 1)[0]
-            inner = _last_boxed(candidate)
-            candidate = inner if inner is not None else candidate
-    if candidate is None:
-        said = _ANSWER_IS.findall(response)
-        if said:
-            candidate = said[-1]
-    if candidate is None and last_number:
+    boxes = _boxes(response)
+    # (start, how to read it): boxes, "Answer:" markers and "the answer is" phrases, in one list.
+    statements: List[Tuple[int, object]] = [(b[0], k) for k, b in enumerate(boxes)]
+    statements += [(m.start(), m.end()) for m in _ANSWER_COLON.finditer(response)]
+    statements += [(m.start(), m.end()) for m in _ANSWER_IS.finditer(response)]
+    statements.sort(key=lambda s: s[0])
+    box_starts = {b[0] for b in boxes}
+    for start, how in reversed(statements):
+        if start in box_starts and isinstance(how, int):
+            candidate = _box_statement(response, boxes, how)
+        else:
+            candidate = _stated(response[how:])
+        candidate = _clean(candidate)
+        if candidate:
+            return candidate
+    if last_number:
         numbers = _NUMBER.findall(response)
         if numbers:
-            candidate = numbers[-1]
-    if candidate is None:
-        return None
-    candidate = _clean(candidate)
-    if not candidate or len(candidate) > MAX_ANSWER_CHARS:
-        return None
-    return candidate
+            return _clean(numbers[-1]) or None
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Its value: what the verdict and the id are computed from.
+#
+# The same text rules for the extracted answer and for the label, in pure Python, before math-verify sees either.
+
+_TEXT_WRAPPER = re.compile(r"^\\(?:text|textbf|textrm|mathrm|mbox|mathbf)\s*\{(.*)\}$", re.DOTALL)
+# A number grouped in thousands by a space, a thin space or a braced comma: "1 000", "1\,000", "1{,}000",
+# "12~345". Not "0,111" (math-verify reads a decimal comma there) and not "1,5".
+_THOUSANDS = re.compile(r"^([+-]?)([1-9]\d{0,2})((?:(?:\\[,;: !]|\{,\}|~|\s|,)\d{3})+)(\.\d+)?$")
+_THOUSANDS_SEP = re.compile(r"\\[,;: !]|\{,\}|~|\s|,")
+# A top-level "=" that is an equals sign (not "<=", ">=", "!=", ":=" or "==").
+_RELATION_NEIGHBOURS = set("<>!:=")
+# LaTeX commands that stand for numbers or arithmetic, allowed in a numeric side.
+_NUMERIC_COMMANDS = re.compile(r"\\(?:[dt]?frac|sqrt|times|cdot|div|pi|left|right|pm|mp|%|,|!|;|quad|qquad|cdots?|ldots?)"
+                               r"(?![A-Za-z])")
+
+
+def _top_level_sides(text: str) -> List[str]:
+    """``text`` split at its equals signs that are outside (), [], {} and |..|."""
+    sides, depth, start, bars = [], 0, 0, 0
+    for i, c in enumerate(text):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif c == "|":
+            bars ^= 1
+        elif (c == "=" and depth == 0 and not bars and (i == 0 or text[i - 1] not in _RELATION_NEIGHBOURS)
+              and text[i + 1: i + 2] != "=" and text[max(0, i - 4): i] != "\\neq"):
+            sides.append(text[start:i])
+            start = i + 1
+    sides.append(text[start:])
+    return [s.strip() for s in sides]
+
+
+def _is_numeric(side: str) -> bool:
+    """A side made of numbers and arithmetic only (`6 \\times 7`, `\\frac{3}{4}`, `(3, 2)`, `2\\pi`): no variable."""
+    rest = _NUMERIC_COMMANDS.sub("", side)
+    return bool(re.search(r"\d", side)) and not re.search(r"[A-Za-z\\]", rest)
+
+
+def _is_name(side: str) -> bool:
+    """A side that names the quantity asked for rather than computing it: `x`, `f(2)`, `a_{10}`, `|AB|`, `(p, q)`,
+    `\\angle ABC`, `P(A)`: no arithmetic and no digit outside brackets, sub- and superscript groups."""
+    if not side or not re.search(r"[A-Za-z]", side):
+        return False
+    depth, bars = 0, 0
+    for i, c in enumerate(side):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif c == "|":
+            bars ^= 1
+        elif depth == 0 and not bars:
+            if c in "+-*/^" or (c.isdigit() and side[i - 1: i] != "_"):
+                return False
+    return not re.search(r"\\(?:times|cdot|div|frac|dfrac|tfrac)(?![A-Za-z])", side)
+
+
+def answer_value(text: str) -> str:
+    """The part of an answer (or a label) that is compared and identified:
+
+    - an equation or chain whose final side is a number (or a tuple / set of numbers), and whose other sides name
+      the quantity (`x`, `|AB|`, `(p,q)`, `f(2)`) or compute it (`6 \\times 7`): that final side, so
+      `6 \\times 7 = 42` is 42 and `x = 5+5+1 = 7 = 11` is 11 (math-verify would read a sympy truth value here);
+      an equation with arithmetic on its left (`x^2 + y^2 = 1`) stays an equation;
+    - a whole answer in `\\text{}` (`\\textbf`, `\\mathrm`, `\\mbox`): its content, so `\\text{odd}` is `odd`;
+    - a number grouped in thousands by a space, `\\,`, `{,}` or `~`: its digits (`1 000` -> `1000`).
+    """
+    text = text.strip()
+    sides = _top_level_sides(text)
+    if len(sides) > 1 and _is_numeric(sides[-1]) and all(_is_numeric(s) or (i == 0 and _is_name(s))
+                                                          for i, s in enumerate(sides[:-1])):
+        text = sides[-1]
+    m = _TEXT_WRAPPER.match(text)
+    if m and "{" not in m.group(1).replace("\\{", ""):
+        text = m.group(1).strip()
+    m = _THOUSANDS.match(text)
+    if m:
+        text = m.group(1) + m.group(2) + _THOUSANDS_SEP.sub("", m.group(3)) + (m.group(4) or "")
+    return text
 
 
 def stable_id(text: str) -> int:

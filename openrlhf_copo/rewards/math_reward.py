@@ -7,6 +7,10 @@ needs, one number per response:
 
 - `copo_answer_id`: int64 id of the extracted final answer, equal for mathematically
   equivalent answers (see `openrlhf_copo.rewards.answers`); read by the advantage step;
+
+The answer is the response's last final-answer statement (`answers.extract_answer`); the answer and the
+label are then compared by their values (`answers.answer_value`: `x = 3` is 3, `6 \times 7 = 42` is 42,
+`1 000` is 1000), with math-verify's verdict (`verifier.judge`).
 - `copo_correct`: 1.0 if equivalent to the label (zero control and accuracy metrics);
 - `copo_has_answer`, `copo_verify_failed`, `copo_label_error`: diagnostics, logged as metrics.
 
@@ -24,7 +28,7 @@ from typing import Dict, List, Sequence
 import torch
 
 from openrlhf_copo import contract
-from openrlhf_copo.rewards.answers import extract_answer, model_text, response_text, stable_id
+from openrlhf_copo.rewards.answers import answer_value, extract_answer, model_text, response_text, stable_id
 from openrlhf_copo.rewards.verifier import get_pool
 
 logger = logging.getLogger("openrlhf_copo.rewards")
@@ -48,8 +52,9 @@ def score_responses(
     for query, prompt, label in zip(queries, prompts, labels):
         response = model_text(response_text(query or "", prompt or ""))
         answer = extract_answer(response, last_number=last_number)
+        value = answer_value(answer) if answer is not None else None
         label = "" if label is None else str(label)
-        verdict = pool.verify(answer, label) if answer is not None else None
+        verdict = pool.verify(value, answer_value(label)) if value is not None else None
         correct = bool(verdict and verdict.correct)
         failed = verdict is not None and verdict.status != "ok"
         if failed and verdict.status != "unavailable":  # that one is logged once by the pool
@@ -63,7 +68,7 @@ def score_responses(
         else:
             reward = 1.0 if correct else 0.0
         rewards.append(reward)
-        logs[contract.ANSWER_ID].append(stable_id(contract.answer_key(answer, verdict and verdict.canon, response)))
+        logs[contract.ANSWER_ID].append(stable_id(contract.answer_key(value, verdict and verdict.canon, response)))
         logs[contract.CORRECT].append(float(correct))
         logs[contract.HAS_ANSWER].append(float(answer is not None))
         logs[contract.VERIFY_FAILED].append(float(failed))

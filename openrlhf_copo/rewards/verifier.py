@@ -9,7 +9,10 @@ So math-verify runs in child processes started with `python -m openrlhf_copo.rew
 can be sent to another process). Each child answers one JSON line per request on its stdout.
 The parent waits at most `timeout` seconds; past that it kills the child (and the stuck
 computation with it), starts a fresh one, and reports the request as timed out. Inside the
-child, math-verify's own signal timeouts are on too, as a first, gentler bound.
+child, math-verify's own per-call time limits are off (on a loaded machine they ran out and came back
+as an empty parse or a False, indistinguishable from an answer); one alarm per request, a little under
+the deadline, makes the worker answer "timeout" instead. Either way the verdict is flagged
+`copo_verify_failed` and never cached: a verdict depends on the answer, never on the machine's load.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ __all__ = ["Verdict", "VerifierPool", "VerifierUnavailable", "get_pool", "reset_
 DEFAULT_TIMEOUT_S = float(os.environ.get("COPO_VERIFY_TIMEOUT", "10"))
 DEFAULT_WORKERS = int(os.environ.get("COPO_VERIFY_WORKERS", "2"))
 STARTUP_TIMEOUT_S = 120.0
+#: A worker gives up on a request after this share of the deadline and says so (flagged, and the worker lives
+#: on); the parent kills one that has not answered by the deadline itself.
+CHILD_BUDGET = 0.8
 #: Verdicts kept per process (a few MB): a rollout step of 512 prompts x 6 fits many times over.
 CACHE_SIZE = 100_000
 
@@ -110,9 +116,23 @@ def _exact_value(expr):
     return None
 
 
+def _too_large_to_evaluate(expr) -> bool:
+    """A numeric expression whose value cannot be approximated in bounded time: a power whose exponent is not a
+    small exact number (`9^{9^{9^9}}`, `2^{10^{6}}`). Decided from its structure, never from a clock, so the same
+    answer gets the same id on a quiet machine and on a loaded one."""
+    import sympy
+
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, sympy.Pow):
+            exp = _exact_value(node.exp)
+            if exp is None or abs(exp) > 10**4:
+                return True
+    return False
+
+
 def _number_key(expr) -> Optional[str]:
     """`num:p/q` for a number with an exact rational value, `num~<30 digits>` for another real or complex
-    number (sqrt, pi), None if ``expr`` is not a number."""
+    number (sqrt, pi), `numexpr:<structure>` for a number too large to evaluate, None if ``expr`` is not a number."""
     import sympy
 
     if not getattr(expr, "is_number", False):
@@ -121,6 +141,8 @@ def _number_key(expr) -> Optional[str]:
     if exact is not None:
         return number_canon(Fraction(int(exact.p), int(exact.q)))
     expr = expr.xreplace({u: u.args[0] for u in expr.atoms(sympy.UnevaluatedExpr)})
+    if _too_large_to_evaluate(expr):
+        return "numexpr:" + sympy.srepr(expr)
     re_part, im_part = sympy.N(expr, APPROX_DIGITS + 10).as_real_imag()
     if not (re_part.is_Number and im_part.is_Number):
         return None
@@ -131,121 +153,173 @@ def _number_key(expr) -> Optional[str]:
     return text
 
 
-def canonical_form(expr) -> str:
-    """A string that is equal for mathematically equal answers (the basis of the answer id).
+class NotAnId(ValueError):
+    """A parsed answer that cannot identify an answer: a truth value, an infinity or nan (`12:00` reads as 12/0)."""
 
-    - Numbers with a rational value, exactly: `1/2`, `0.5`, `\\frac{1}{2}`, `50\\%` -> `num:1/2`; `3.0`
-      -> `num:3`; `10^{20}+1` -> `num:100000000000000000001` (so near-equal numbers never merge);
-    - other real or complex numbers by their value to 30 significant digits: `\\sqrt{8}` and
-      `2\\sqrt{2}` -> `num~2.82842712474619009760337744842`;
-    - an equation whose left side is one symbol, `x = 3`, as its right side (`num:3`);
-    - sets, intervals, symbolic expressions: their `srepr` after `simplify`;
-    - anything else: its text without white space.
-    """
+
+def is_error_value(expr) -> bool:
+    """True for what math-verify makes of text that is not a quantity: True/False (`6 \\times 7 = 42` before we
+    take its final side, `1 < 2`), zoo (`12:00`), nan, or an expression containing one of them."""
+    import sympy
+    from sympy.logic.boolalg import BooleanAtom
+
+    if isinstance(expr, BooleanAtom):
+        return True
+    if isinstance(expr, sympy.Basic):
+        return any(isinstance(a, BooleanAtom) or a in (sympy.zoo, sympy.nan) for a in sympy.preorder_traversal(expr))
+    return False
+
+
+def _canon(expr) -> str:
+    """`canonical_form` without the fallback (raises NotAnId)."""
     import sympy
 
+    if is_error_value(expr):
+        raise NotAnId(str(expr))
+    if isinstance(expr, sympy.Eq) and isinstance(expr.lhs, sympy.Symbol):
+        return _canon(expr.rhs)
+    number = _number_key(expr)
+    if number is not None:
+        return number
+    # Containers element by element, so a decimal inside is exact too: (1, 4.5) and (1, \frac92) are one id.
+    if isinstance(expr, sympy.Tuple) or isinstance(expr, tuple):
+        return "(" + ",".join(_canon(a) for a in expr) + ")"
+    if isinstance(expr, sympy.FiniteSet):
+        return "{" + ",".join(sorted(_canon(a) for a in expr.args)) + "}"
+    if isinstance(expr, sympy.Interval):
+        return ("(" if expr.left_open else "[") + _canon(expr.start) + "," + _canon(expr.end) + (
+            ")" if expr.right_open else "]")
+    if isinstance(expr, sympy.Union):
+        return "U{" + ",".join(sorted(_canon(a) for a in expr.args)) + "}"
+    if isinstance(expr, sympy.MatrixBase):
+        return "M[" + ";".join(",".join(_canon(expr[i, j]) for j in range(expr.cols)) for i in range(expr.rows)) + "]"
+    simplified = sympy.simplify(expr)
+    if is_error_value(simplified):
+        raise NotAnId(str(expr))
+    return "expr:" + sympy.srepr(simplified)
+
+
+def canonical_form(expr, text: Optional[str] = None) -> str:
+    """A string that is equal for mathematically equal answers (the basis of the answer id).
+
+    - Numbers with a rational value, exactly: `1/2`, `0.5`, `\\frac{1}{2}` -> `num:1/2`; `3.0` -> `num:3`;
+      `10^{20}+1` -> `num:100000000000000000001` (so near-equal numbers never merge);
+    - other real or complex numbers by their value to 30 significant digits: `\\sqrt{8}` and
+      `2\\sqrt{2}` -> `num~2.82842712474619009760337744842`;
+    - a percentage is its own kind (`pct:1/2` for `50\\%`): math-verify calls `50\\%` equal to both 50 and 0.5,
+      which are not equal to each other, so it may share an id with neither;
+    - tuples, sets, intervals and matrices element by element; other expressions by `srepr` after `simplify`;
+    - never a truth value or an error value (True, False, zoo, nan): those, and anything math-verify could not
+      read, are identified by their text without white space (``text``, else the expression's string).
+    """
+    fallback = "str:" + "".join((text if text is not None else str(expr)).split())
     if isinstance(expr, str):
         return "str:" + "".join(expr.split())
     try:
-        if isinstance(expr, sympy.Eq) and isinstance(expr.lhs, sympy.Symbol):
-            return canonical_form(expr.rhs)
-        number = _number_key(expr)
-        if number is not None:
-            return number
-        return "expr:" + sympy.srepr(sympy.simplify(expr))
-    except Exception:
-        return "str:" + "".join(str(expr).split())
-
-
-class _CanonTimeout(Exception):
-    pass
-
-
-def _bounded_canonical_form(expr, seconds: int) -> str:
-    """`canonical_form` under a SIGALRM bound (child's main thread only): evaluating a huge
-    power tower numerically would otherwise outlive the whole deadline."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        return canonical_form(expr)
-
-    def on_alarm(signum, frame):
-        raise _CanonTimeout()
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(max(1, seconds))
-    try:
-        return canonical_form(expr)
-    except _CanonTimeout:
-        return "str:" + "".join(str(expr).split())
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+        form = _canon(expr)
+    except NotAnId:
+        return fallback
+    except Exception:  # sympy's own errors on odd input: the text still identifies the answer
+        return fallback
+    if text is not None and re.search(r"\\?%\s*$", text) and form.startswith("num"):
+        return "pct" + form[3:]
+    return form
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse(text: str, inner_timeout: int):
-    """math-verify's reading of an extracted answer or a label (cached: a label is parsed once per
-    process, and consistent groups repeat their answers)."""
+def _parse(text: str):
+    """math-verify's reading of an answer value or a label, as the content of a box (this forces the LaTeX
+    reading of "\\frac12", "1/2", ...). Cached: a label is parsed once per process, and consistent groups
+    repeat their answers. No inner time limit (see `_child_main`); no second, free-text reading either: that one
+    would read the last number of "F_n = \\sum_{k=0}^{n-1} ..." as the answer."""
     from math_verify import parse
 
-    # Try it as the content of a box first (forces LaTeX reading of "\\frac12", "1/2", ...),
-    # then as free text ("72", "$x=3$").
-    parsed = parse("\\boxed{" + text + "}", parsing_timeout=inner_timeout)
-    return parsed if parsed else parse(text, parsing_timeout=inner_timeout)
+    return parse("\\boxed{" + text + "}", parsing_timeout=None)
 
 
-def judge(pred: Optional[str], gold: str, inner_timeout: int = 5) -> Tuple[bool, Optional[str], bool]:
-    """(correct, canonical form of pred, gold parsed) for one extracted answer and its label.
+def _compact(text: str) -> str:
+    return "".join(text.split())
 
-    Correctness is math-verify's `verify`, except that two numbers with the same exact value are
-    equal without asking it (the common case of a correct answer; `verify` agrees)."""
+
+def judge(pred: Optional[str], gold: str) -> Tuple[bool, Optional[str], bool]:
+    """(correct, canonical form of pred, gold parsed) for one answer value and its label's value
+    (`answers.answer_value` of each).
+
+    Correctness is math-verify's `verify`, with two exceptions: two numbers with the same exact value are
+    equal without asking it (the common case of a correct answer; `verify` agrees), and where either side reads
+    as an error value (`12:00` is 12/0 = zoo to math-verify) the texts are compared instead."""
     from math_verify import verify
 
-    gold_parsed = _parse(gold, inner_timeout) if gold else []
+    gold_parsed = _parse(gold) if gold else []
     # math-verify falls back to the raw string when nothing parses: a label is "ok" only if it
     # became a mathematical object (a text label still gets string comparison, but is flagged).
     gold_ok = any(not isinstance(g, str) for g in gold_parsed)
     if pred is None:
         return False, None, gold_ok
-    pred_parsed = _parse(pred, inner_timeout)
-    canon = _bounded_canonical_form(pred_parsed[0], inner_timeout) if pred_parsed else None
+    pred_parsed = _parse(pred)
+    canon = canonical_form(pred_parsed[0], pred) if pred_parsed else None
     if not gold_parsed or not pred_parsed:
         return False, canon, gold_ok
-    if canon is not None and canon.startswith("num:") and canon == _gold_canon(gold, inner_timeout):
+    if is_error_value(pred_parsed[0]) or is_error_value(gold_parsed[0]):
+        return _compact(pred) == _compact(gold), canon, gold_ok
+    if canon is not None and canon.startswith("num:") and canon == _gold_canon(gold):
         return True, canon, gold_ok
-    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=inner_timeout)), canon, gold_ok
+    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None)), canon, gold_ok
 
 
 @functools.lru_cache(maxsize=4096)
-def _gold_canon(gold: str, inner_timeout: int) -> Optional[str]:
-    parsed = _parse(gold, inner_timeout)
-    return _bounded_canonical_form(parsed[0], inner_timeout) if parsed else None
+def _gold_canon(gold: str) -> Optional[str]:
+    parsed = _parse(gold)
+    return canonical_form(parsed[0], gold) if parsed else None
 
 
-@functools.lru_cache(maxsize=None)
 def label_parses(label: str) -> bool:
     """The reward's test for a gold answer, in this process: math-verify turns it into a mathematical
-    object rather than falling back to the raw string. (Main thread only: math-verify's own
-    timeouts use signals; threaded callers use `get_pool().verify(None, label).gold_ok`.)"""
-    return judge(None, label)[2]
+    object rather than falling back to the raw string."""
+    from openrlhf_copo.rewards.answers import answer_value
+
+    return judge(None, answer_value(label))[2]
+
+
+class _Deadline(BaseException):
+    """The request's alarm. A BaseException: math-verify's `except Exception` must not turn it into an answer."""
+
+
+def _on_deadline(signum, frame):
+    raise _Deadline()
 
 
 def _child_main() -> None:
+    """One JSON line per request: {"pred", "gold", "budget"} -> {"correct", "canon", "gold_ok"} or {"timeout": true}.
+
+    math-verify's own time limits (SIGALRM per parse / verify call) are off: on a loaded machine they ran out and
+    math-verify then returned [] or False as if that were its answer, silently. Instead the whole request runs
+    under one alarm of ``budget`` seconds (a little under the parent's deadline); when it rings, the request
+    answers "timeout" (flagged copo_verify_failed, never cached) and the worker lives on. The parent's deadline
+    stays the hard bound."""
+    import signal
+
     # The protocol owns the real stdout; anything a library prints goes to stderr.
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     sys.stdout = sys.stderr
     import math_verify  # noqa: F401  (import cost paid before "ready")
 
-    inner = max(1, int(DEFAULT_TIMEOUT_S // 4))
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # its "timeout is disabled" notice: we bound it here
+    signal.signal(signal.SIGALRM, _on_deadline)
     out.write('{"ready": true}\n')
     for line in sys.stdin:
         try:
             req = json.loads(line)
-            if req.get("op") == "sleep":  # test hook: a computation that never finishes in time
-                time.sleep(float(req["seconds"]))
-            correct, canon, gold_ok = judge(req.get("pred"), req.get("gold", ""), inner)
+            signal.setitimer(signal.ITIMER_REAL, max(0.05, float(req.get("budget", DEFAULT_TIMEOUT_S * 0.8))))
+            try:
+                if req.get("op") == "sleep":  # test hook: a computation that never finishes in time
+                    time.sleep(float(req["seconds"]))
+                correct, canon, gold_ok = judge(req.get("pred"), req.get("gold", ""))
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
             resp = {"correct": correct, "canon": canon, "gold_ok": gold_ok}
+        except _Deadline:
+            resp = {"timeout": True}
         except Exception as e:  # a bad answer must not kill the worker
             resp = {"correct": False, "canon": None, "gold_ok": False, "error": repr(e)[:200]}
         out.write(json.dumps(resp) + "\n")
@@ -258,7 +332,7 @@ def _child_main() -> None:
 # ---------------------------------------------------------------------------------------------
 # Parent side, first: plain numbers need no math-verify at all.
 
-_INTEGER = r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)"
+_INTEGER = r"[+-]?(?:[1-9]\d{0,2}(?:,\d{3})+|\d+)"
 _NUMBER_LITERAL = re.compile(
     rf"^(?:(?P<dec>{_INTEGER}(?:\.\d+)?|[+-]?\.\d+)"
     rf"|(?P<num>{_INTEGER})\s*/\s*(?P<den>\d+)"
@@ -286,33 +360,23 @@ def number_canon(value) -> str:
     return f"num:{value.numerator}" if value.denominator == 1 else f"num:{value.numerator}/{value.denominator}"
 
 
-_ASSIGNMENT = re.compile(r"^[A-Za-z]\s*=\s*(.+)$")
-
-
 def fast_verdict(pred: Optional[str], gold: str) -> Optional[Verdict]:
-    """math-verify's verdict, without math-verify, where the values decide it: answer and label are plain
-    numbers (`literal_value`), or one is `x = <number>` and the other a plain number. None otherwise.
+    """math-verify's verdict, without math-verify, where the values decide it: answer and label values (after
+    `answers.answer_value`, so `x = 3` is 3) are plain numbers (`literal_value`). None otherwise.
 
     Mirrors math-verify's number rule (`grader.sympy_numeric_eq`): integers and fractions compare
     exactly; if either side is a decimal, values rounded to 6 places compare, so a difference of at
     least 1e-6 is always unequal and a smaller one is left to math-verify (`0.333333` = `1/3` stays
-    its call). Both sides assignments (`x = 1` vs `y = 1`) are left to it as well."""
+    its call)."""
     if pred is None:
         return None
     p, g = literal_value(pred), literal_value(gold)
-    p_text, g_text = pred, gold
-    if p is None and g is not None and (m := _ASSIGNMENT.match(pred.strip())):
-        p_text = m.group(1)
-        p = literal_value(p_text)
-    elif g is None and p is not None and (m := _ASSIGNMENT.match(gold.strip())):
-        g_text = m.group(1)
-        g = literal_value(g_text)
     if p is None or g is None:
         return None
     canon = number_canon(p)
     if p == g:
         return Verdict(True, canon, True)
-    if "." not in p_text and "." not in g_text or abs(p - g) >= Fraction(1, 10**6):
+    if "." not in pred and "." not in gold or abs(p - g) >= Fraction(1, 10**6):
         return Verdict(False, canon, True)
     return None
 
@@ -446,9 +510,9 @@ class VerifierPool:
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
-        resp, status = self._request({"pred": pred, "gold": gold})
-        if resp is None:
-            return Verdict(False, None, True, status)
+        resp, status = self._request({"pred": pred, "gold": gold, "budget": self.timeout * CHILD_BUDGET})
+        if resp is None or resp.get("timeout"):
+            return Verdict(False, None, True, status if resp is None else "timeout")
         verdict = Verdict(bool(resp["correct"]), resp.get("canon"), bool(resp["gold_ok"]),
                           "error" if "error" in resp else "ok")
         if verdict.status == "ok":  # a failure may not repeat: ask again next time

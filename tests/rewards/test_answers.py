@@ -27,7 +27,7 @@ from openrlhf_copo.rewards.answers import (STOP_TOKENS_ENV, extract_answer, mode
         ("\\boxed{}", None),
         ("\\boxed{unbalanced", None),
         ("", None),
-        ("\\boxed{" + "1" * 600 + "}", None),  # not a final answer
+        ("\\boxed{" + "1" * 600 + "}", "1" * 600),  # no length cut: the verifier's deadline bounds the work
     ],
 )
 def test_extract_answer(response, expected):
