@@ -327,8 +327,10 @@ def answer_value(text: str) -> str:
       an equation with arithmetic on its left (`x^2 + y^2 = 1`) stays an equation;
     - a whole answer in `\\text{}` (`\\textbf`, `\\mathrm`, `\\mbox`): its content, so `\\text{odd}` is `odd`;
     - a number grouped in thousands by a space, `\\,`, `{,}` or `~`: its digits (`1 000` -> `1000`).
+
+    Math delimiters and emphasis around it go first (a label written `$(1, \\frac{9}{2})$` is `(1, \\frac{9}{2})`).
     """
-    text = text.strip()
+    text = _clean(text)
     sides = _top_level_sides(text)
     if len(sides) > 1 and _is_numeric(sides[-1]) and all(_is_numeric(s) or (i == 0 and _is_name(s))
                                                           for i, s in enumerate(sides[:-1])):

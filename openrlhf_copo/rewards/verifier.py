@@ -158,16 +158,15 @@ class NotAnId(ValueError):
 
 
 def is_error_value(expr) -> bool:
-    """True for what math-verify makes of text that is not a quantity: True/False (`6 \\times 7 = 42` before we
-    take its final side, `1 < 2`), zoo (`12:00`), nan, or an expression containing one of them."""
+    """True for what math-verify makes of text that is not a quantity: a truth value (`6 \\times 7 = 42` before we
+    take its final side, `1 < 2`), zoo (`12:00` reads as 12/0), nan, or an expression containing zoo or nan.
+    (Truth values inside an object are its flags, as an Interval's `left_open`, not errors.)"""
     import sympy
     from sympy.logic.boolalg import BooleanAtom
 
     if isinstance(expr, BooleanAtom):
         return True
-    if isinstance(expr, sympy.Basic):
-        return any(isinstance(a, BooleanAtom) or a in (sympy.zoo, sympy.nan) for a in sympy.preorder_traversal(expr))
-    return False
+    return isinstance(expr, sympy.Basic) and (expr.has(sympy.zoo) or expr.has(sympy.nan))
 
 
 def _canon(expr) -> str:
