@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from openrlhf_copo.rewards.answers import answer_value
 from math_verify import parse
 
 from openrlhf_copo.embedded.data import EASY_TASKS, INSTRUCTION, main, make_math_prompts
@@ -103,7 +105,8 @@ def test_rows_with_unparseable_labels_are_skipped_and_reported(tmp_path, capsys)
     assert skipped > 0 and "sentence_reordering" in report
     rows = _rows(train) + _rows(test)
     assert len(rows) == 15
-    assert all(any(not isinstance(p, str) for p in parse("\\boxed{" + r["label"] + "}")) for r in rows)
+    # the reward reads a label by its value (answers.answer_value: no delimiters, no final period, ...)
+    assert all(any(not isinstance(p, str) for p in parse("\\boxed{" + answer_value(r["label"]) + "}")) for r in rows)
 
 
 def test_too_few_distinct_questions_is_an_error(tmp_path):

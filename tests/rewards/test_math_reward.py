@@ -144,3 +144,75 @@ def test_the_last_number_reward_option(reward_func):
     assert last(bare, [prompt], ["12"])["extra_logs"]["copo_answer_id"].item() == \
         reward_func(boxed, [prompt], ["12"])["extra_logs"]["copo_answer_id"].item()
     assert last([prompt + "5 + 7 = 13<|im_end|>"], [prompt], ["12"])["rewards"].tolist() == [0.0]
+
+
+# --- The classes the field's own test data found (issue 15), in our own words, through the real reward file ----
+
+def verdicts(reward_func, responses, label):
+    """(reward, answer id, verify failed) of each response against one label, as one OpenRLHF batch."""
+    out = reward_func([r + "<|im_end|>" for r in responses], [""] * len(responses), [label] * len(responses))
+    logs = out["extra_logs"]
+    return list(zip(out["rewards"].tolist(), logs["copo_answer_id"].tolist(), logs["copo_verify_failed"].tolist()))
+
+
+@pytest.mark.parametrize("response, label, reward", [
+    # the last final-answer statement wins, whatever its form
+    ("Each row has $\\boxed{42}$ marbles... but one is missing, so 41.\nAnswer: 41", "42", 0.0),
+    ("Each row has $\\boxed{42}$ marbles... but one is missing, so 41.\nAnswer: 41", "41", 1.0),
+    ("There are $\\boxed{7}$ per row, 6 rows.\nAnswer: 42", "42", 1.0),
+    ("Sub-step: $\\boxed{255}$.\nFinal Answer: The final answer is $10,455$. I hope it is correct.", "10455", 1.0),
+    ("Final Answer: The final answer is 7.78. I hope it is correct.", "7.78", 1.0),
+    ("Answer: 12\nHmm, that is off by one. The answer is \\boxed{13}.", "13", 1.0),
+    # several boxes of one statement are one answer, read as math-verify reads them (a set)
+    ("The solutions are \\boxed{1}, \\boxed{2}, and \\boxed{3}.", "\\{1,2,3\\}", 1.0),
+    ("The roots: $\\boxed{-2}$ and $\\boxed{5}$", "-2, 5", 1.0),
+    ("First \\boxed{3}. Wait, that breaks the constraint, so it is \\boxed{4}.", "\\{3, 4\\}", 0.0),
+    # a long final line is still the answer
+    ("Answer: " + " + ".join(["1"] * 400), "400", 1.0),
+    # thousands written with a space, a thin space or a braced comma; a leading-zero comma is a decimal
+    ("Answer: 1 000", "1000", 1.0),
+    ("\\boxed{1\\,000}", "1000", 1.0),
+    ("\\boxed{1{,}000}", "1000", 1.0),
+    ("\\boxed{0.111}", "0,111", 1.0),
+    ("\\boxed{111}", "0,111", 0.0),
+    # an equation or chain is its final value; a named value compares by its value
+    ("\\boxed{6 \\times 7 = 42}", "42", 1.0),
+    ("\\boxed{5 \\times 8 = 40}", "42", 0.0),
+    ("\\boxed{x = 5+5+1 = 7 = 11}", "7", 0.0),
+    ("\\boxed{(3,2)}", "(p,q)=(3,2)", 1.0),
+    ("\\boxed{1}", "|AB|=1", 1.0),
+    ("\\boxed{\\text{odd}}", "odd", 1.0),
+    # clock times are not 12/0: compared as written
+    ("\\boxed{12:00}", "12:00", 1.0),
+    ("\\boxed{1:00}", "12:00", 0.0),
+])
+def test_the_final_answer_as_written(reward_func, response, label, reward):
+    [(got, _, failed)] = verdicts(reward_func, [response], label)
+    assert (got, failed) == (reward, 0.0)
+
+
+@pytest.mark.parametrize("label, right, wrong", [
+    ("42", ["\\boxed{6 \\times 7 = 42}", "Answer: 42", "\\boxed{x = 40 + 2 = 42}"], ["\\boxed{5 \\times 8 = 40}"]),
+    ("11", ["\\boxed{x = 5+5+1 = 11}"], ["\\boxed{x = 5+5+1 = 7 = 12}", "\\boxed{z = 3+3 = 2}"]),
+    ("12:00", ["\\boxed{12:00}"], ["\\boxed{1:00}", "\\boxed{3:00}", "\\boxed{12:30}"]),
+    ("(3,2)", ["\\boxed{(p,q)=(3,2)}", "\\boxed{(3, 2)}"], ["\\boxed{(2,3)}", "\\boxed{(p,q)=(3,3)}"]),
+    ("(1,\\frac{9}{2})", ["\\boxed{(1,4.5)}", "\\boxed{(1, \\frac92)}"], ["\\boxed{(1,4.6)}", "\\boxed{[1,4.5]}"]),
+    ("0.5", ["\\boxed{\\frac{1}{2}}", "Answer: 0.5"], ["\\boxed{50}", "\\boxed{0.05}"]),
+])
+def test_ids_never_merge_right_with_wrong(reward_func, label, right, wrong):
+    """Right answers share one id; no wrong answer shares it (a merge would make a split group look consistent)."""
+    scored = verdicts(reward_func, right + wrong, label)
+    assert [r for r, _, _ in scored] == [1.0] * len(right) + [0.0] * len(wrong)
+    right_ids = {i for _, i, _ in scored[: len(right)]}
+    assert len(right_ids) == 1
+    assert not right_ids & {i for _, i, _ in scored[len(right):]}
+    assert len({i for _, i, _ in scored[len(right):]}) == len(set(wrong))  # distinct wrong answers stay distinct
+
+
+def test_a_percentage_has_an_id_of_its_own(reward_func):
+    """math-verify calls 50% equal to 50 and to 0.5, which are not equal to each other: 50% can share an id with
+    neither, or a group split between 50% and 0.5 would look consistent against the label 50."""
+    for label, rewards in (("50", [1.0, 1.0, 0.0]), ("0.5", [1.0, 0.0, 1.0])):
+        scored = verdicts(reward_func, ["\\boxed{50\\%}", "\\boxed{50}", "\\boxed{\\frac12}"], label)
+        assert [r for r, _, _ in scored] == rewards
+        assert len({i for _, i, _ in scored}) == 3

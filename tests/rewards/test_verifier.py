@@ -142,3 +142,68 @@ def test_the_reward_file_flags_every_check_when_no_worker_can_start(tmp_path, mo
     finally:
         monkeypatch.delenv("PYTHONPATH")
         verifier.reset_pool()
+
+
+SYMBOLIC = [  # (answer value, label): answers only math-verify can read, each a few to a few hundred ms of sympy
+    ("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}"), ("2\\sqrt{3}+\\sqrt{12}", "4\\sqrt{3}"),
+    ("(x+1)^3", "x^3+3x^2+3x+1"), ("\\frac{x^2-1}{x-1}", "x+1"), ("[-2, 7]", "[-2,7]"),
+    ("(-\\infty, 1) \\cup (3, \\infty)", "(-\\infty,1)\\cup(3,\\infty)"), ("\\{1, 2, 3\\}", "\\{3,2,1\\}"),
+    ("\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}", "\\begin{pmatrix} 1 & 2 \\\\ 3 & 5 \\end{pmatrix}"),
+    ("F_n = \\sum_{k=0}^{n-1} F_k", "0"), ("\\sin^2 x + \\cos^2 x", "1"), ("e^{i\\pi}", "-1"),
+    ("\\frac{\\pi}{6} + \\frac{\\pi}{3}", "\\frac{\\pi}{2}"), ("\\log_2 1024", "10"), ("y = 2x + 3", "y=3+2x"),
+    ("\\binom{10}{3}", "120"), ("\\sqrt[3]{27} \\cdot \\sqrt{5}", "3\\sqrt{5}"), ("x^2 + 2xy + y^2", "(x+y)^2"),
+    # about 0.3-0.7 s each on a quiet core: 3 busy processes per core push them past math-verify's old inner limit
+    ("\\sqrt{5+2\\sqrt{6}}", "\\sqrt{2}+\\sqrt{3}"), ("\\frac{\\sin 3x}{\\sin x}", "3 - 4\\sin^2 x"),
+    ("(x+1)^{12}", "x^{12}+12x^{11}+66x^{10}+220x^9+495x^8+792x^7+924x^6+792x^5+495x^4+220x^3+66x^2+12x+1"),
+]
+
+
+def _verdicts(timeout: float):
+    pool = VerifierPool(workers=2, timeout=timeout)
+    try:
+        pool.warm_up()
+        return pool, [pool.verify(a, g) for a, g in SYMBOLIC]
+    finally:
+        pool.close()
+
+
+def test_the_same_verdicts_on_a_loaded_machine_or_flagged():
+    """A rollout node runs vLLM, training and the reward on the same cores. Busy processes (3 per core, started and
+    stopped by pid) slow every verifier worker down; no verdict or id may change because of it: each is the quiet
+    machine's, or flagged (timeout) and not cached. (math-verify's own per-call limits used to run out here and
+    come back as an empty parse or a False: a different verdict, unflagged, cached for the run.)"""
+    import os
+    import subprocess
+    import sys
+
+    _, quiet = _verdicts(timeout=8)
+    assert all(v.status == "ok" for v in quiet), quiet
+    assert {v.correct for v in quiet} == {True, False}
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3 * (os.cpu_count() or 2))]
+    try:
+        t = time.perf_counter()
+        pool, loaded = _verdicts(timeout=8)
+        elapsed = time.perf_counter() - t
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    changed = [(pair, q, v) for pair, q, v in zip(SYMBOLIC, quiet, loaded) if v != q and v.status == "ok"]
+    assert not changed, changed
+    flagged = [v for v in loaded if v.status != "ok"]
+    assert all(v.status == "timeout" and not v.correct for v in flagged)
+    assert len(flagged) <= len(SYMBOLIC) // 2, "the load starved the workers: the test says nothing"
+    assert elapsed < 8 * len(SYMBOLIC) / 2 + 60  # bounded: every request within its deadline
+    assert not any((a, g) in pool._cache for (a, g), v in zip(SYMBOLIC, loaded) if v.status != "ok")
+
+
+def test_a_request_past_its_budget_is_flagged_and_the_worker_lives_on():
+    """The worker's own alarm (a little under the deadline) answers 'timeout': flagged, not cached, no restart."""
+    pool = VerifierPool(workers=1, timeout=2)
+    try:
+        assert pool.verify("\\sqrt{16}", "4").correct
+        resp, status = pool._request({"op": "sleep", "seconds": 5, "pred": "1", "gold": "1", "budget": 0.5})
+        assert resp == {"timeout": True} and status == "ok" and pool.restarts == 0
+        assert pool.verify("\\sqrt{25}", "5").correct and pool.restarts == 0
+    finally:
+        pool.close()
