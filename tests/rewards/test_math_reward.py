@@ -105,6 +105,18 @@ def test_pathological_answer_is_bounded(reward_func):
     assert time.perf_counter() - t < 30
 
 
+@pytest.mark.parametrize("answer_line", [
+    "Answer: " + "\\frac{1}{" * 3000 + "2" + "}" * 3000,  # no length cut any more: the deadline bounds it
+    "Answer: " + "(1+" * 20000 + "1" + ")" * 20000,
+    "Answer: " + "x " * 50000,
+])
+def test_a_huge_final_line_is_bounded(reward_func, answer_line):
+    t = time.perf_counter()
+    r, logs = score(reward_func, answer_line, label="3")
+    assert r == 0.0 and isinstance(logs["copo_answer_id"], int)
+    assert time.perf_counter() - t < 30
+
+
 def test_hung_worker_is_killed_at_the_deadline_and_replaced():
     pool = VerifierPool(workers=1, timeout=1.0)
     try:
