@@ -275,9 +275,9 @@ _NUMERIC_COMMANDS = re.compile(r"\\(?:[dt]?frac|sqrt|times|cdot|div|pi|left|righ
                                r"(?![A-Za-z])")
 
 
-def _top_level_sides(text: str) -> List[str]:
-    """``text`` split at its equals signs that are outside (), [], {} and |..|."""
-    sides, depth, start, bars = [], 0, 0, 0
+def _top_level(text: str):
+    """(index, character) of each character of ``text`` outside (), [], {} and |..| (the brackets themselves aside)."""
+    depth, bars = 0, 0
     for i, c in enumerate(text):
         if c in "([{":
             depth += 1
@@ -285,8 +285,16 @@ def _top_level_sides(text: str) -> List[str]:
             depth = max(0, depth - 1)
         elif c == "|":
             bars ^= 1
-        elif (c == "=" and depth == 0 and not bars and (i == 0 or text[i - 1] not in _RELATION_NEIGHBOURS)
-              and text[i + 1: i + 2] != "=" and text[max(0, i - 4): i] != "\\neq"):
+        elif depth == 0 and not bars:
+            yield i, c
+
+
+def _top_level_sides(text: str) -> List[str]:
+    """``text`` split at its equals signs that are outside (), [], {} and |..|."""
+    sides, start = [], 0
+    for i, c in _top_level(text):
+        if (c == "=" and (i == 0 or text[i - 1] not in _RELATION_NEIGHBOURS) and text[i + 1: i + 2] != "="
+                and text[max(0, i - 4): i] != "\\neq"):
             sides.append(text[start:i])
             start = i + 1
     sides.append(text[start:])
@@ -304,17 +312,8 @@ def _is_name(side: str) -> bool:
     `\\angle ABC`, `P(A)`: no arithmetic and no digit outside brackets, sub- and superscript groups."""
     if not side or not re.search(r"[A-Za-z]", side):
         return False
-    depth, bars = 0, 0
-    for i, c in enumerate(side):
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth = max(0, depth - 1)
-        elif c == "|":
-            bars ^= 1
-        elif depth == 0 and not bars:
-            if c in "+-*/^" or (c.isdigit() and side[i - 1: i] != "_"):
-                return False
+    if any(c in "+-*/^" or (c.isdigit() and side[i - 1: i] != "_") for i, c in _top_level(side)):
+        return False
     return not re.search(r"\\(?:times|cdot|div|frac|dfrac|tfrac)(?![A-Za-z])", side)
 
 

@@ -8,7 +8,7 @@ import torch
 
 import json
 
-from openrlhf_copo.rewards.answers import (STOP_TOKENS_ENV, extract_answer, model_text, response_text, stable_id,
+from openrlhf_copo.rewards.answers import (STOP_TOKENS_ENV, answer_value, extract_answer, model_text, response_text, stable_id,
                                            tokenizer_stop_tokens)
 
 
@@ -145,3 +145,35 @@ def test_the_final_number_rule(response, expected):
 
 def test_the_final_number_rule_is_off_by_default():
     assert extract_answer("so 6 times 7 is 42.") is None
+
+
+@pytest.mark.parametrize("text, value", [
+    ("6 \\times 7 = 42", "42"), ("x = 5+5+1 = 7 = 11", "11"), ("z = 3+3 = 2", "2"), ("(p,q)=(3,2)", "(3,2)"),
+    ("|AB| = 1", "1"), ("f(2) = 5", "5"), ("a_{10} = 3", "3"), ("x = \\frac{1}{2}", "\\frac{1}{2}"),
+    # equations that are the answer stay equations
+    ("x^2 + y^2 = 1", "x^2 + y^2 = 1"), ("2x = 6", "2x = 6"), ("y = 2x + 1", "y = 2x + 1"), ("x \\le 3", "x \\le 3"),
+    ("x \\neq 3", "x \\neq 3"), ("x >= 3", "x >= 3"), ("P(X=3) = 0.2", "0.2"),
+    ("\\text{odd}", "odd"), ("\\textbf{(C)}", "(C)"), ("$\\text{Evelyn}$", "Evelyn"),
+    ("1 000", "1000"), ("1\\,000", "1000"), ("1{,}000", "1000"), ("-12~345.5", "-12345.5"), ("1,000,000", "1000000"),
+    ("0,111", "0,111"), ("1,5", "1,5"), ("1 2", "1 2"), ("$(1, \\frac{9}{2})$", "(1, \\frac{9}{2})"), ("12:00", "12:00"),
+])
+def test_answer_value(text, value):
+    assert answer_value(text) == value
+
+
+@pytest.mark.parametrize("response, expected", [
+    # the statement that starts last wins, whatever its form
+    ("so $\\boxed{42}$, minus one: 41.\nAnswer: 41", "41"),
+    ("\\boxed{255} ... Final Answer: The final answer is $10,455$. I hope it is correct.", "10,455"),
+    ("Final Answer: The final answer is 7.78. I hope it is correct.", "7.78"),
+    ("Answer: 12. Recheck: the answer is \\boxed{13}", "13"),
+    ("My final answer is: 9", "9"),
+    # joined boxes and math pieces; not across a sentence
+    ("\\boxed{1}, \\boxed{2}, and \\boxed{3}", "1, 2, 3"), ("$\\boxed{-2}$ or $\\boxed{5}$", "-2, 5"),
+    ("\\boxed{3}. Then we see \\boxed{4}", "4"), ("Answer: $2$ and $3$", "2, 3"),
+    ("Answer:\n$$\n\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}\n$$", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"),
+    # an empty statement yields to the one before it
+    ("\\boxed{8}, and I put it in \\boxed{}", "8"), ("The answer is 4.\nAnswer:", "4"),
+])
+def test_the_last_final_answer_statement(response, expected):
+    assert extract_answer(response) == expected
