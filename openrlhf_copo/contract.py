@@ -1,4 +1,5 @@
-"""What passes from the reward to the advantage step, the loss and the metrics: its keys and rules, in one place.
+"""What passes from the reward to the advantage step, the loss and the metrics: its keys and rules, in one place;
+and the few names every process of a run agrees on (environment variable, worker hook).
 
     reward file (rewards/math_reward.py)    extra_logs[REWARD_LOGS], one number per response
       -> OpenRLHF                          copies each into experience.info[key]
@@ -39,6 +40,13 @@ ROLLOUT_ENGINE_SEED = "copo_rollout_engine_seed"
 
 #: Prefix of the answer key of a response without an extractable answer (its own text follows).
 NO_ANSWER_PREFIX = "noanswer:"
+
+# Names every process of a run agrees on (the driver sets them, Ray's workers read them).
+
+#: Set to "1" by the driver of a CPU run (`openrlhf_ext.cpu.loopback_env`), inherited by every worker.
+CPU_ENV = "OPENRLHF_COPO_CPU"
+#: The dotted path of the `worker_process_setup_hook` Ray imports in each worker (`openrlhf_ext.worker_hook`).
+RAY_WORKER_SETUP_HOOK = "openrlhf_copo.openrlhf_ext.worker_hook.ray_worker_setup"
 
 
 def answer_key(answer: Optional[str], canonical: Optional[str], response: str) -> str:

@@ -28,17 +28,19 @@ keyword argument whose default is the paper's reading:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
 __all__ = [
-    "MODES",
-    "BLENDED_MODES",
-    "WEIGHTINGS",
+    "DEFAULTS",
+    "Mode",
     "WeightInputs",
     "register_mode",
+    "unregister_mode",
+    "modes",
+    "mode_info",
     "ZERO_CONTROLS",
     "STDS",
     "CopoAdvantages",
@@ -56,12 +58,28 @@ ZERO_CONTROLS = ("prompt", "response", "none")
 STDS = ("population", "unbiased")
 
 
+@dataclass(frozen=True)
+class Defaults:
+    """The paper's reading of every choice it leaves open: declared here once; `copo_advantages`, the
+    `--copo.*` flags (`openrlhf_ext.config.CopoSettings`) and the example scripts all take them from here."""
+
+    gamma: float = 20.0  # Table 4's best (released script: 5)
+    rho: float = 1.5  # Table 4's best (released script: 1)
+    zero_control: str = "prompt"  # the paper (released code: "response")
+    std: str = "population"  # the appendix's worked example (released code: "unbiased")
+    eps: float = 1e-6
+    entropy_base: float = 2.0  # bits: the appendix's H = 1.459
+
+
+DEFAULTS = Defaults()
+
+
 @dataclass
 class CopoAdvantages:
     """Everything `copo_advantages` computes for one rollout batch.
 
     All per-response tensors are [B, G]; ``global_adv`` and ``w_*`` are constant along G where
-    the mode makes them per prompt. ``stats`` holds batch-level floats ready for a logger.
+    the mode makes them per prompt.
     """
 
     local_adv: torch.Tensor
@@ -69,8 +87,7 @@ class CopoAdvantages:
     w_local: torch.Tensor
     w_global: torch.Tensor
     entropy: torch.Tensor  # [B]
-    prompt_reward: torch.Tensor  # [B], R(q) = mean_G r
-    stats: Dict[str, float] = field(default_factory=dict)
+    prompt_reward: torch.Tensor  # [B], R(q) = mean_G r (or the mode's own R(q))
 
     @property
     def weighted_local(self) -> torch.Tensor:
@@ -82,8 +99,13 @@ class CopoAdvantages:
         """w_global * A_global: the advantage of the second clipped term."""
         return self.w_global * self.global_adv
 
+    @property
+    def has_signal(self) -> torch.Tensor:
+        """bool [B, G]: the response's loss has a non-zero advantage in either term (GRPO's: ``local_adv != 0``)."""
+        return (self.weighted_local != 0) | (self.weighted_global != 0)
 
-def standardize(x: torch.Tensor, dim: int = -1, std: str = "population", eps: float = 1e-6) -> torch.Tensor:
+
+def standardize(x: torch.Tensor, dim: int = -1, std: str = DEFAULTS.std, eps: float = DEFAULTS.eps) -> torch.Tensor:
     """(x - mean(x)) / (std(x) + eps) along ``dim``; exactly 0 where all values along ``dim`` are equal.
 
     This is eq. grpo_adv / eq. global_adv. ``std="population"`` divides the variance by n,
@@ -104,7 +126,7 @@ def standardize(x: torch.Tensor, dim: int = -1, std: str = "population", eps: fl
     return torch.where(flat | (denom == 0), torch.zeros_like(out), out)
 
 
-def consistency_entropy(answer_ids: torch.Tensor, base: float = 2.0) -> torch.Tensor:
+def consistency_entropy(answer_ids: torch.Tensor, base: float = DEFAULTS.entropy_base) -> torch.Tensor:
     """H(q) = -sum_{tau in T_q} p(tau) log p(tau), p(tau) = count(tau) / G  (eq. entropy).
 
     ``answer_ids`` is [B, G]; equal ids mean the same final answer. Summing over responses
@@ -123,18 +145,21 @@ def consistency_entropy(answer_ids: torch.Tensor, base: float = 2.0) -> torch.Te
     return h.clamp_min(0.0).to(torch.float32)  # -0.0 -> 0.0 for a single answer
 
 
-def local_advantage(rewards: torch.Tensor, std: str = "population", eps: float = 1e-6) -> torch.Tensor:
+def local_advantage(rewards: torch.Tensor, std: str = DEFAULTS.std, eps: float = DEFAULTS.eps) -> torch.Tensor:
     """A_local = (r_i - mean_G r) / (std_G r + eps), per prompt group (eq. local_adv, GRPO)."""
     return standardize(rewards, dim=1, std=std, eps=eps)
 
 
-def global_advantage(rewards: torch.Tensor, std: str = "population", eps: float = 1e-6) -> torch.Tensor:
+def global_advantage(rewards: torch.Tensor, std: str = DEFAULTS.std, eps: float = DEFAULTS.eps,
+                     prompt_reward: Optional[torch.Tensor] = None) -> torch.Tensor:
     """A_global(q_b) = (R(q_b) - mean_B R) / (std_B R + eps), R(q) = mean_G r (eq. g_r, eq. global_adv).
 
     Computed over every prompt of the rollout batch and shared by all G responses of q_b:
-    returns [B, G] with one value per row.
+    returns [B, G] with one value per row. ``prompt_reward`` [B] replaces mean_G r where a mode defines
+    R(q) otherwise (the released code's `reward_coef`).
     """
-    prompt_reward = rewards.to(torch.promote_types(rewards.dtype, torch.float32)).mean(dim=1)
+    if prompt_reward is None:
+        prompt_reward = rewards.to(torch.promote_types(rewards.dtype, torch.float32)).mean(dim=1)
     return standardize(prompt_reward, dim=0, std=std, eps=eps).unsqueeze(1).expand_as(rewards).clone()
 
 
@@ -159,22 +184,59 @@ class WeightInputs:
     zero_control: str
 
 
-WEIGHTINGS: Dict[str, Callable[[WeightInputs], Tuple[torch.Tensor, torch.Tensor]]] = {}
+@dataclass(frozen=True)
+class Mode:
+    """One advantage mode and the facts the rest of the package reads from it (never from a list of names).
+
+    ``weights(WeightInputs) -> (w_local, w_global)``; ``blended``: the weights read the soft weight, so gamma,
+    rho and the entropy matter (and the entropy warning applies); ``zero_control``: the weights read
+    ``--copo.zero_control`` (a resumed run must keep it only then); ``prompt_reward(rewards, entropy, base)``:
+    R(q) of the global advantage, if not mean_G r; ``estimator``: selectable as ``--advantage_estimator NAME``
+    (plain GRPO is ``--copo.mode grpo`` instead, not to shadow OpenRLHF's own group_norm)."""
+
+    name: str
+    weights: Callable[[WeightInputs], Tuple[torch.Tensor, torch.Tensor]]
+    blended: bool
+    zero_control: bool = False
+    prompt_reward: Optional[Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]] = None
+    estimator: bool = True
 
 
-def register_mode(name: str):
-    """Register ``fn(WeightInputs) -> (w_local, w_global)`` as advantage mode ``name``."""
+_MODES: Dict[str, Mode] = {}
+
+
+def register_mode(name: str, *, blended: bool, zero_control: bool = False, prompt_reward=None, estimator: bool = True):
+    """Register ``fn(WeightInputs) -> (w_local, w_global)`` as advantage mode ``name`` with its facts (see
+    `Mode`). Registered before the CLI parses its arguments (an import in your launcher), a mode is a
+    ``--copo.mode`` choice and an ``--advantage_estimator`` value like the built-in ones."""
 
     def register(fn):
-        if name in WEIGHTINGS:
+        if name in _MODES:
             raise ValueError(f"advantage mode {name!r} is registered twice")
-        WEIGHTINGS[name] = fn
+        _MODES[name] = Mode(name, fn, blended, zero_control, prompt_reward, estimator)
         return fn
 
     return register
 
 
-@register_mode("copo")
+def unregister_mode(name: str) -> None:
+    """Remove a registered mode (tests, plugins that replace one)."""
+    _MODES.pop(name, None)
+
+
+def modes() -> Tuple[str, ...]:
+    """The registered modes' names, read now (not when this module was imported)."""
+    return tuple(_MODES)
+
+
+def mode_info(name: str) -> Mode:
+    """The registered facts of mode ``name``."""
+    if name not in _MODES:
+        raise ValueError(f"mode must be one of {modes()}, got {name!r}")
+    return _MODES[name]
+
+
+@register_mode("copo", blended=True, zero_control=True)
 def copo_weights(x: WeightInputs):
     """The paper: soft blend, w_local = 0 where zero control applies, w_global = 1 - w_local *after* it
     (a zeroed local term hands its weight to the global term instead of shrinking the loss)."""
@@ -188,42 +250,54 @@ def copo_weights(x: WeightInputs):
     return w_local, 1.0 - w_local
 
 
-@register_mode("grpo")
+@register_mode("grpo", blended=False, estimator=False)
 def grpo_weights(x: WeightInputs):
     """Plain GRPO through the same path: the local term alone."""
     return torch.ones_like(x.soft), torch.zeros_like(x.soft)
 
 
-@register_mode("go_selective")
+@register_mode("go_selective", blended=False)
 def go_selective_weights(x: WeightInputs):
     """Table 3, GO-Selective: the global term alone for all-incorrect prompts, the local term alone elsewhere."""
     w_local = torch.where(x.all_incorrect, torch.zeros_like(x.soft), torch.ones_like(x.soft))
     return w_local, 1.0 - w_local
 
 
-@register_mode("go_blended")
+@register_mode("go_blended", blended=True)
 def go_blended_weights(x: WeightInputs):
     """Table 3, GO-Blended: the soft blend without zero control."""
     return x.soft, 1.0 - x.soft
 
 
-@register_mode("go_only")
+@register_mode("go_only", blended=False)
 def go_only_weights(x: WeightInputs):
     """Table 3, GO-Only: the global term alone."""
     return torch.zeros_like(x.soft), torch.ones_like(x.soft)
 
 
-@register_mode("copo_selective")
+@register_mode("copo_selective", blended=True)
 def copo_selective_weights(x: WeightInputs):
     """COPO-Selective: the soft blend, and no loss at all on all-incorrect prompts."""
     zeros = torch.zeros_like(x.soft)
     return torch.where(x.all_incorrect, zeros, x.soft), torch.where(x.all_incorrect, zeros, 1.0 - x.soft)
 
 
-#: Advantage modes: the paper's COPO, plain GRPO and the ablations of its Table 3.
-MODES = tuple(WEIGHTINGS)
-#: Modes whose weights depend on the soft blend (and so on gamma, rho and the entropy).
-BLENDED_MODES = ("copo", "go_blended", "copo_selective")
+def reward_coef_prompt_reward(rewards: torch.Tensor, entropy: torch.Tensor, base: float) -> torch.Tensor:
+    """The released code's `reward_coef`: R(q) = mean_G r * (1 - lambda H(q)), lambda = (1 - 1/G) / log2 G.
+
+    With H in bits, lambda H runs from 0 (one answer) to 1 - 1/G (G different answers), so a consistent
+    prompt keeps its whole mean reward and a scattered one keeps 1/G of it. H / log_base(G) is the same in
+    every base, so ``base`` (the entropy's) only converts."""
+    G = rewards.shape[1]
+    spread = entropy.to(torch.float32) / math.log(G, base) if G > 1 else torch.zeros_like(entropy)
+    return rewards.mean(dim=1) * (1.0 - (1.0 - 1.0 / G) * spread)
+
+
+@register_mode("copo_reward_coef", blended=True, zero_control=True, prompt_reward=reward_coef_prompt_reward)
+def copo_reward_coef_weights(x: WeightInputs):
+    """The released code's `reward_coef` variant: COPO's weights (zero control included), its global advantage
+    from R(q) scaled by 1 - lambda H (`reward_coef_prompt_reward`)."""
+    return copo_weights(x)
 
 
 def copo_advantages(
@@ -232,12 +306,12 @@ def copo_advantages(
     correct: Optional[torch.Tensor] = None,
     *,
     mode: str = "copo",
-    gamma: float = 20.0,
-    rho: float = 1.5,
-    zero_control: str = "prompt",
-    std: str = "population",
-    eps: float = 1e-6,
-    entropy_base: float = 2.0,
+    gamma: float = DEFAULTS.gamma,
+    rho: float = DEFAULTS.rho,
+    zero_control: str = DEFAULTS.zero_control,
+    std: str = DEFAULTS.std,
+    eps: float = DEFAULTS.eps,
+    entropy_base: float = DEFAULTS.entropy_base,
 ) -> CopoAdvantages:
     """Local and global advantages with their blending weights for one rollout batch.
 
@@ -246,13 +320,11 @@ def copo_advantages(
         answer_ids: int64 [B, G], equal id = same (equivalent) final answer.
         correct: bool [B, G]; default ``rewards > 0``. Pass it when rewards are not 0/1
             (e.g. the 0 / 0.1 / 1 format reward, where 0.1 is formatted but wrong).
-        mode: ``copo`` (soft blend with zero control), ``grpo`` (w_local = 1, w_global = 0),
-            ``go_selective`` (all-incorrect prompt: global only, else local only),
-            ``go_blended`` (soft blend, no zero control), ``go_only`` (global only),
-            ``copo_selective`` (soft blend; all-incorrect prompts get no loss at all).
+        mode: a registered mode (`modes()`; each one's docstring says what it does): ``copo`` (the paper),
+            ``grpo`` (the local term alone), the ablations of Table 3, the released code's variants.
         gamma, rho: sharpness and centre of the sigmoid (paper's best: 20, 1.5).
-        zero_control: for ``mode="copo"`` only: ``prompt`` (paper), ``response`` (released
-            code), ``none``.
+        zero_control: for modes that read it (``mode_info(mode).zero_control``): ``prompt`` (paper),
+            ``response`` (released code), ``none``.
         std: ``population`` (paper's worked example) or ``unbiased`` (released code).
         eps: added to the std in both advantages.
         entropy_base: log base of the consistency entropy (2 reproduces the appendix).
@@ -261,8 +333,7 @@ def copo_advantages(
         A `CopoAdvantages`; the loss is
         ``PolicyLoss(w_local * local_adv) + PolicyLoss(w_global * global_adv)``.
     """
-    if mode not in WEIGHTINGS:
-        raise ValueError(f"mode must be one of {tuple(WEIGHTINGS)}, got {mode!r}")
+    info = mode_info(mode)
     if zero_control not in ZERO_CONTROLS:
         raise ValueError(f"zero_control must be one of {ZERO_CONTROLS}, got {zero_control!r}")
     if rewards.dim() != 2:
@@ -284,11 +355,12 @@ def copo_advantages(
     correct = correct.bool()
 
     local_adv = local_advantage(rewards, std=std, eps=eps)
-    global_adv = global_advantage(rewards, std=std, eps=eps)
     entropy = consistency_entropy(answer_ids, base=entropy_base)
+    prompt_reward = info.prompt_reward(rewards, entropy, entropy_base) if info.prompt_reward else rewards.mean(dim=1)
+    global_adv = global_advantage(rewards, std=std, eps=eps, prompt_reward=prompt_reward)
     soft = blend_weights(entropy, gamma, rho).unsqueeze(1).expand(B, G)  # [B, G]
     all_incorrect = (~correct.any(dim=1)).unsqueeze(1).expand(B, G)
-    w_local, w_global = WEIGHTINGS[mode](WeightInputs(soft, correct, all_incorrect, zero_control))
+    w_local, w_global = info.weights(WeightInputs(soft, correct, all_incorrect, zero_control))
 
     out = CopoAdvantages(
         local_adv=local_adv,
@@ -296,36 +368,6 @@ def copo_advantages(
         w_local=w_local.contiguous(),
         w_global=w_global.contiguous(),
         entropy=entropy,
-        prompt_reward=rewards.mean(dim=1),
+        prompt_reward=prompt_reward,
     )
-    out.stats = batch_stats(out, rewards, correct)
     return out
-
-
-def batch_stats(adv: CopoAdvantages, rewards: torch.Tensor, correct: torch.Tensor) -> Dict[str, float]:
-    """Batch-level numbers for the logger: how much of the batch carries a gradient signal.
-
-    ``signal_share_grpo`` is the share of responses whose GRPO advantage is non-zero;
-    ``signal_share_copo`` the share whose COPO loss has a non-zero advantage in either term.
-    """
-    all_correct = correct.all(dim=1)
-    all_incorrect = ~correct.any(dim=1)
-    zero_std = rewards.amax(dim=1) == rewards.amin(dim=1)
-    g_local = adv.weighted_local != 0
-    g_global = adv.weighted_global != 0
-    glob = adv.global_adv[:, 0]
-    return {
-        "entropy_mean": adv.entropy.mean().item(),
-        "w_local_mean": adv.w_local.mean().item(),
-        "w_global_mean": adv.w_global.mean().item(),
-        "frac_all_correct": all_correct.float().mean().item(),
-        "frac_all_incorrect": all_incorrect.float().mean().item(),
-        "frac_zero_std": zero_std.float().mean().item(),
-        "signal_share_grpo": (adv.local_adv != 0).float().mean().item(),
-        "signal_share_copo": (g_local | g_global).float().mean().item(),
-        "global_adv_mean": glob.mean().item(),
-        "global_adv_std": glob.std(correction=0).item(),
-        "global_adv_min": glob.min().item(),
-        "global_adv_max": glob.max().item(),
-        "prompt_reward_mean": adv.prompt_reward.mean().item(),
-    }

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from openrlhf_copo.core import (
-    MODES,
+    modes,
     consistency_entropy,
     copo_advantages,
     global_advantage,
@@ -84,6 +84,8 @@ def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased
     B, G = len(rewards), len(rewards[0])
     local = [ref_norm(row, unbiased, eps) for row in rewards]
     prompt_r = [sum(row) / G for row in rewards]
+    if mode == "copo_reward_coef":  # the released code's reward_coef: R(q) (1 - lambda H), lambda = (1 - 1/G) / log2 G
+        prompt_r = [r * (1 - (1 - 1 / G) / math.log2(G) * ref_entropy(a)) for r, a in zip(prompt_r, answers)]
     glob = ref_norm(prompt_r, unbiased, eps)
     wl, wg = [], []
     for b in range(B):
@@ -102,10 +104,12 @@ def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased
                 l, g = soft, 1 - soft
             elif mode == "copo_selective":
                 l, g = (0.0, 0.0) if none_right else (soft, 1 - soft)
-            else:
+            elif mode in ("copo", "copo_reward_coef"):
                 zero = (zero_control == "prompt" and none_right) or (zero_control == "response" and not correct[b][i])
                 l = 0.0 if zero else soft
                 g = 1 - l
+            else:
+                raise NotImplementedError(f"no reference reading of mode {mode!r}: add one with the mode")
             row_l.append(l)
             row_g.append(g)
         wl.append(row_l)
@@ -117,7 +121,7 @@ def close(actual, expected, atol):
     torch.testing.assert_close(actual, torch.tensor(expected, dtype=actual.dtype), atol=atol, rtol=0)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", modes())
 @pytest.mark.parametrize("convention", ["paper", "released"])
 def test_randomized_against_independent_reading(mode, convention):
     rng = random.Random(f"{mode}-{convention}")
@@ -168,11 +172,8 @@ def test_uniform_groups_carry_signal_under_copo_not_grpo():
     assert copo.w_local[[1, 3]].eq(0).all() and copo.w_global[[1, 3]].eq(1).all()
     # all-correct, one answer: H = 0 -> w_global = 1 - sigmoid(20 * (0 - 1.5)) ~ 1
     assert copo.w_global[0, 0].item() == pytest.approx(1.0, abs=1e-9)
-    assert copo.stats["signal_share_grpo"] == pytest.approx(4 / 16)
-    assert copo.stats["signal_share_copo"] == pytest.approx(1.0)
-    assert copo.stats["frac_all_incorrect"] == pytest.approx(0.5)
-    assert copo.stats["frac_all_correct"] == pytest.approx(0.25)
-    assert copo.stats["frac_zero_std"] == pytest.approx(0.75)
+    assert (grpo.local_adv != 0).float().mean().item() == pytest.approx(4 / 16)  # GRPO: the mixed prompt only
+    assert copo.has_signal.all() and grpo.has_signal.float().mean().item() == pytest.approx(4 / 16)
 
 
 def test_copo_selective_silences_all_incorrect_prompts():
@@ -244,9 +245,9 @@ def test_global_advantage_uses_the_whole_batch():
 
 def test_a_new_mode_is_one_registered_function():
     """verl-style registry: registering a weighting makes it a mode of copo_advantages."""
-    from openrlhf_copo.core import WEIGHTINGS, register_mode
+    from openrlhf_copo.core import register_mode, unregister_mode
 
-    @register_mode("half_half_test")
+    @register_mode("half_half_test", blended=False)
     def half_half(x):
         return torch.full_like(x.soft, 0.5), torch.full_like(x.soft, 0.5)
 
@@ -256,8 +257,40 @@ def test_a_new_mode_is_one_registered_function():
         assert out.w_local.unique().tolist() == [0.5] and out.w_global.unique().tolist() == [0.5]
         torch.testing.assert_close(out.weighted_local[0], 0.5 * torch.tensor([1.0, -1.0, 1.0, -1.0]) / (1 + 2e-6))
         with pytest.raises(ValueError, match="registered twice"):
-            register_mode("half_half_test")(half_half)
+            register_mode("half_half_test", blended=False)(half_half)
     finally:
-        WEIGHTINGS.pop("half_half_test")
+        unregister_mode("half_half_test")
     with pytest.raises(ValueError, match="mode must be one of"):
         copo_advantages(r, torch.zeros(2, 4, dtype=torch.long), mode="half_half_test")
+
+
+def test_response_zero_control_gives_wrong_answers_of_a_good_prompt_the_full_positive_global_advantage():
+    """The released code's zero control (per response): a wrong response gets w_local = 0 and so w_global = 1. In an
+    above-average prompt A_global > 0, so each of its wrong responses is pushed up with the full global weight
+    (the paper's per-prompt rule leaves them to the blend, where their local advantage is negative)."""
+    rewards = torch.tensor([[1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    answers = torch.tensor([[1, 1, 1, 2], [3, 4, 5, 6], [1, 2, 3, 4]])
+    released = copo_advantages(rewards, answers, zero_control="response")
+    paper = copo_advantages(rewards, answers, zero_control="prompt")
+    assert released.global_adv[0, 3].item() > 0  # prompt 0 is above the batch mean
+    assert released.w_local[0, 3].item() == 0 and released.w_global[0, 3].item() == 1
+    assert released.weighted_global[0, 3].item() == pytest.approx(released.global_adv[0, 3].item())
+    assert released.weighted_local[0, 3].item() == 0  # its negative local advantage is gone
+    assert paper.weighted_local[0, 3].item() < 0  # the paper keeps it, weighted by the blend
+    assert paper.w_global[0, 3].item() < 1
+
+
+def test_reward_coef_scales_the_prompt_reward_by_its_consistency():
+    """The released code's reward_coef: R(q) = mean_G r (1 - lambda H), lambda = (1 - 1/G) / log2 G (by hand)."""
+    rewards = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    answers = torch.tensor([[7, 7, 7, 7], [7, 7, 1, 2], [1, 2, 3, 4]])
+    out = copo_advantages(rewards, answers, mode="copo_reward_coef")
+    # H: 0, 1.5, 2 bits; lambda = (1 - 1/4) / 2 = 0.375
+    assert out.prompt_reward.tolist() == pytest.approx([1.0, 0.5 * (1 - 0.375 * 1.5), 0.0])
+    plain = copo_advantages(rewards, answers, mode="copo")
+    assert plain.prompt_reward.tolist() == pytest.approx([1.0, 0.5, 0.0])
+    torch.testing.assert_close(out.w_local, plain.w_local)  # COPO's weights, zero control included
+    assert out.global_adv[1, 0].item() < plain.global_adv[1, 0].item()  # the scattered prompt counts for less
+    # any entropy base gives the same R(q)
+    out_e = copo_advantages(rewards, answers, mode="copo_reward_coef", entropy_base=math.e)
+    torch.testing.assert_close(out_e.prompt_reward, out.prompt_reward)

@@ -128,8 +128,14 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
     # What "incorrect" means for zero control and the selective ablations (--copo.incorrect): a final
     # answer that is not the label's (paper), or a reward of 0 (released code). They differ under the
     # 0 / 0.1 / 1 format reward, where a formatted wrong answer scores 0.1.
-    has_correct = all(CORRECT in exp.info for exp in experiences)
-    if args.copo.incorrect == "answer" and has_correct:
+    if args.copo.incorrect == "answer":
+        if not all(CORRECT in exp.info for exp in experiences):
+            # Falling back to rewards > 0 would make a formatted-but-wrong answer (0.1 under the format reward)
+            # "correct", and zero control would never fire: say so instead.
+            raise CopoConfigError(
+                f"--copo.incorrect answer needs extra_logs['{CORRECT}'] from the reward function, which returned "
+                "none: return it (openrlhf_copo/rewards/math_reward.py does), or use --copo.incorrect reward to "
+                "call a response incorrect when its reward is 0")
         correct = by_prompt(_info_column(experiences, CORRECT).float()) > 0.5
     else:
         correct = rewards > 0
@@ -153,12 +159,12 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
         "copo_zero_std": (rewards.amax(1, keepdim=True) == rewards.amin(1, keepdim=True)).expand(-1, G).float(),
         # Share of responses with a non-zero gradient weight: GRPO's (A_local) versus COPO's (either term).
         "copo_signal_grpo": (adv.local_adv != 0).float(),
-        "copo_signal_copo": ((adv.weighted_local != 0) | (adv.weighted_global != 0)).float(),
+        "copo_signal_copo": adv.has_signal.float(),
         "group_reward_std": rewards.std(1, keepdim=True).expand(-1, G),
     }
     split = {k: v.reshape(-1)[indices].split(exp_len) for k, v in columns.items()}
-    batch_constants = {"copo_global_adv_std": adv.stats["global_adv_std"],
-                       "copo_prompt_reward_mean": adv.stats["prompt_reward_mean"],
+    batch_constants = {"copo_global_adv_std": adv.global_adv[:, 0].std(correction=0).item(),
+                       "copo_prompt_reward_mean": adv.prompt_reward.mean().item(),
                        # prompts in the global statistics: the whole rollout batch, from every engine
                        "copo_num_prompts": float(rewards.shape[0])}
 

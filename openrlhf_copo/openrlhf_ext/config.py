@@ -11,16 +11,17 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
-from openrlhf_copo.core import MODES, STDS, ZERO_CONTROLS
-from openrlhf_copo.openrlhf_ext.cpu import extend_parser as cpu_extend_parser
+from openrlhf_copo.core import DEFAULTS, STDS, ZERO_CONTROLS, mode_info, modes
 
 #: `--copo.incorrect`: a response is incorrect when its answer is not the label's, or when its reward is 0.
 INCORRECT_RULES = ("answer", "reward")
 
-#: Values of `--algo.advantage.estimator` (alias `--advantage_estimator`) that select COPO: every mode of the
-#: core's registry but plain GRPO (that one is `--advantage_estimator copo --copo.mode grpo`). `copo` follows
-#: `--copo.mode` (default `copo`); the others name an ablation of the paper.
-COPO_ESTIMATORS = tuple(m for m in MODES if m != "grpo")
+def copo_estimators() -> tuple:
+    """Values of `--algo.advantage.estimator` (alias `--advantage_estimator`) that select COPO: every mode of the
+    core's registry marked ``estimator`` (all but plain GRPO, which is `--advantage_estimator copo --copo.mode
+    grpo`), read when asked, so a mode registered after this module was imported is one too. `copo` follows
+    `--copo.mode` (default `copo`); the others name an ablation or a variant."""
+    return tuple(m for m in modes() if mode_info(m).estimator)
 
 
 class CopoConfigError(ValueError):
@@ -29,12 +30,13 @@ class CopoConfigError(ValueError):
 
 def is_copo(args) -> bool:
     """True when the run's advantage estimator is one of COPO's."""
-    return getattr(getattr(getattr(args, "algo", None), "advantage", None), "estimator", None) in COPO_ESTIMATORS
+    return getattr(getattr(getattr(args, "algo", None), "advantage", None), "estimator", None) in copo_estimators()
 
 
 def _setting(default, help: str, *, choices=None, check=None, core=False, resume=False, kind=None):
     """One `--copo.<name>` setting: ``check`` is (predicate, what the value must be); ``core``: a keyword of
-    `core.copo_advantages`; ``resume``: a resumed run must keep it (it changes the training math)."""
+    `core.copo_advantages`; ``resume``: a resumed run must keep it (it changes the training math). ``choices``
+    may be a function, called when the parser is built (the registry's modes)."""
     return field(default=default, metadata=dict(help=help, choices=choices, check=check, core=core,
                                                 resume=resume or core, kind=kind or type(default)))
 
@@ -44,13 +46,13 @@ class CopoSettings:
     """Every `--copo.*` setting, declared once: its flag, default (the paper's best), choices, help, the
     check that refuses a bad value, and whether a resumed run must keep it all come from these fields."""
 
-    gamma: float = _setting(20.0, "sharpness of w_local = sigmoid(gamma * (H - rho)) (paper's best: 20; released "
+    gamma: float = _setting(DEFAULTS.gamma, "sharpness of w_local = sigmoid(gamma * (H - rho)) (paper's best: 20; released "
                                   "script: 5)", core=True)
-    rho: float = _setting(1.5, "entropy threshold rho of the blend (paper's best: 1.5; released script: 1)", core=True)
+    rho: float = _setting(DEFAULTS.rho, "entropy threshold rho of the blend (paper's best: 1.5; released script: 1)", core=True)
     mode: Optional[str] = _setting(None, "advantage mode; default: the estimator's name (copo -> copo). 'grpo' runs "
                                          "plain GRPO through the same code path, as a baseline",
-                                   choices=MODES, core=True, kind=str)
-    zero_control: str = _setting("prompt", "mode copo: w_local=0 for all-incorrect prompts (prompt, the paper), for "
+                                   choices=modes, core=True, kind=str)
+    zero_control: str = _setting(DEFAULTS.zero_control, "modes copo and copo_reward_coef: w_local=0 for all-incorrect prompts (prompt, the paper), for "
                                            "every incorrect response (response, the authors' released code), or never "
                                            "(none)", choices=ZERO_CONTROLS, core=True)
     incorrect: str = _setting("answer", "what makes a response incorrect for zero control and the selective "
@@ -58,11 +60,11 @@ class CopoSettings:
                                         "copo_correct; the paper) or reward (its reward is 0; the released code). They "
                                         "differ under the 0/0.1/1 format reward: with reward, a formatted but wrong "
                                         "answer keeps the 0-vs-0.1 local signal", choices=INCORRECT_RULES, resume=True)
-    std: str = _setting("population", "std in both advantages: population (paper's worked example) or unbiased "
+    std: str = _setting(DEFAULTS.std, "std in both advantages: population (paper's worked example) or unbiased "
                                       "(released code)", choices=STDS, core=True)
-    eps: float = _setting(1e-6, "added to the std in both advantages", check=(lambda v: v >= 0, "must be >= 0"),
+    eps: float = _setting(DEFAULTS.eps, "added to the std in both advantages", check=(lambda v: v >= 0, "must be >= 0"),
                           core=True)
-    entropy_base: float = _setting(2.0, "log base of the consistency entropy (2 reproduces the paper's appendix)",
+    entropy_base: float = _setting(DEFAULTS.entropy_base, "log base of the consistency entropy (2 reproduces the paper's appendix)",
                                    check=(lambda v: v > 0 and v != 1, "must be positive and != 1"), core=True)
     max_verify_failed: float = _setting(0.5, "stop the run when more than this share of a rollout step's answer "
                                              "checks failed (math-verify timed out, crashed, or cannot start on the "
@@ -88,7 +90,8 @@ def add_copo_arguments(parser: argparse.ArgumentParser) -> None:
         if m["kind"] is bool:
             g.add_argument(f"--copo.{f.name}", action="store_true", default=f.default, help=m["help"])
         else:
-            g.add_argument(f"--copo.{f.name}", type=m["kind"], default=f.default, choices=m["choices"], help=m["help"])
+            choices = m["choices"]() if callable(m["choices"]) else m["choices"]
+            g.add_argument(f"--copo.{f.name}", type=m["kind"], default=f.default, choices=choices, help=m["help"])
 
 
 def resolve_mode(args) -> str:
@@ -112,11 +115,22 @@ def copo_settings(args) -> Dict[str, Any]:
     return {**kwargs, "mode": resolve_mode(args)}
 
 
+def _inert_settings(mode: str) -> set:
+    """Settings the mode never reads: a resume must not be refused over them."""
+    info = mode_info(mode)
+    inert = set() if info.zero_control else {"zero_control"}
+    return inert | (set() if info.blended else {"gamma", "rho", "entropy_base"}) - (
+        {"entropy_base"} if info.prompt_reward else set())
+
+
 def resume_record(args) -> Dict[str, Any]:
-    """What a resumed run must keep: the estimator and every setting that changes the training math."""
+    """What a resumed run must keep: the estimator and every setting that changes its training math (a setting
+    its mode never reads, as zero control under go_only, is left out)."""
     settings = CopoSettings.from_args(args)
-    record = {f.name: getattr(settings, f.name) for f in fields(CopoSettings) if f.metadata["resume"]}
-    return {"estimator": args.algo.advantage.estimator, **record, "mode": resolve_mode(args)}
+    mode = resolve_mode(args)
+    record = {f.name: getattr(settings, f.name) for f in fields(CopoSettings)
+              if f.metadata["resume"] and f.name not in _inert_settings(mode)}
+    return {"estimator": args.algo.advantage.estimator, **record, "mode": mode}
 
 
 def copo_problems(args) -> List[str]:
@@ -160,18 +174,56 @@ def copo_problems(args) -> List[str]:
     return problems
 
 
+def _partitions(n: int, largest: Optional[int] = None):
+    """The integer partitions of n (the answer patterns of a group of n responses: [2, 1] = two agree, one differs)."""
+    largest = n if largest is None else largest
+    if n == 0:
+        yield []
+        return
+    for k in range(min(n, largest), 0, -1):
+        for rest in _partitions(n - k, k):
+            yield [k] + rest
+
+
+def attainable_blends(G: int, gamma: float, rho: float, base: float) -> List[tuple]:
+    """(pattern, H, w_local) for every answer pattern a group of G responses can show, from one answer to G."""
+    out = []
+    for pattern in _partitions(G):
+        h = -sum(c / G * math.log(c / G, base) for c in pattern)
+        out.append((pattern, max(h, 0.0), 1.0 / (1.0 + math.exp(-gamma * (h - rho)))))
+    return out
+
+
 def copo_warnings(args) -> List[str]:
     """Settings COPO runs with but that make it something else; one line each, printed at start."""
-    if not is_copo(args) or resolve_mode(args) not in ("copo", "go_blended", "copo_selective"):
+    if not is_copo(args):
         return []
+    warnings = []
+    clip = tuple(getattr(args.reward, "clip_range", (-10, 10)) or (-10, 10))
+    if clip != (-10, 10):
+        warnings.append(f"--reward.clip_range {clip[0]:g} {clip[1]:g} is not applied under COPO: its advantages are "
+                        "standardized scores (|A| <= sqrt(n - 1)); clip the rewards in your reward function instead")
+    if not mode_info(resolve_mode(args)).blended:
+        return warnings
     G, c = args.rollout.n_samples_per_prompt, args.copo
+    patterns = attainable_blends(G, c.gamma, c.rho, c.entropy_base)
+    mixed = [p for p in patterns if len(p[0]) > 1]
+    local = [p for p in mixed if p[2] >= 0.05]
+    repeats = [p for p in mixed if len(p[0]) < G]  # at least two responses agree
+    if local and any(p[2] >= 0.05 for p in repeats):
+        return warnings
     h_max = math.log(G, c.entropy_base)  # all G answers different
-    if h_max > c.rho:
-        return []
-    w_max = 1.0 / (1.0 + math.exp(-c.gamma * (h_max - c.rho)))
-    return [f"--rollout.n_samples_per_prompt {G} gives a consistency entropy of at most {h_max:.3g} "
-            f"(log{c.entropy_base:g} {G}), not above --copo.rho {c.rho:g}: w_local never exceeds {w_max:.2g} and COPO "
-            f"trains on the global term almost alone (GO-Only); use more samples per prompt or a lower --copo.rho"]
+    shown = ", ".join(f"{'+'.join(map(str, p))}: H {h:.3g} w_local {w:.2g}" for p, h, w in patterns)
+    if not local:
+        what = (f"no answer pattern reaches w_local 0.05 (H is at most {h_max:.3g} = log{c.entropy_base:g} {G}, "
+                f"rho is {c.rho:g}): COPO trains on the global term almost alone (GO-Only)")
+    else:
+        what = (f"only the all-different pattern (H {h_max:.3g}) reaches w_local 0.05: {len(local)} of {len(mixed)} "
+                f"split patterns blend, and every group that repeats an answer trains on the global term alone "
+                f"(GO-Only there)")
+    warnings.append(f"--rollout.n_samples_per_prompt {G} with --copo.rho {c.rho:g}, --copo.gamma {c.gamma:g}: {what}; "
+                    f"patterns [{shown}]; use more samples per prompt or a lower --copo.rho")
+    return warnings
 
 
 RESUME_SETTINGS_FILE = "copo_settings.json"
@@ -217,9 +269,11 @@ def check_resume_settings(args, write: bool = True) -> None:
     if resuming and os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
-        if is_copo(args):  # a setting added since that checkpoint was saved: it ran with the default
+        if is_copo(args):
             for f in fields(CopoSettings):
-                if f.metadata["resume"]:
+                if f.name not in current:  # a setting this mode never reads (older records kept it): not compared
+                    saved.pop(f.name, None)
+                elif f.metadata["resume"]:  # a setting added since that checkpoint was saved: it ran with the default
                     saved.setdefault(f.name, f.default)
         if saved != current:
             diff = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(set(saved) | set(current))
@@ -246,8 +300,9 @@ def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
         raise RuntimeError("openrlhf's train_ppo_ray parser has no --algo.advantage.estimator: the CLI moved")
     if "copo" in (action.choices or ()):
         return
-    action.choices = list(action.choices) + [e for e in COPO_ESTIMATORS if e not in action.choices]
-    action.help = (action.help or "") + "; COPO: " + ", ".join(COPO_ESTIMATORS) + " (openrlhf_copo)"
+    estimators = copo_estimators()
+    action.choices = list(action.choices) + [e for e in estimators if e not in action.choices]
+    action.help = (action.help or "") + "; COPO: " + ", ".join(estimators) + " (openrlhf_copo)"
     action.metavar = "ESTIMATOR"  # the choices are listed in the help text, not three times over
     # `--advantage_estimator` (OpenRLHF's pre-0.10.2 spelling) and `--advantage-estimator` are
     # the same action, so they accept every estimator and show together in --help.
@@ -255,4 +310,3 @@ def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
         action.option_strings.append(alias)
         parser._option_string_actions[alias] = action
     add_copo_arguments(parser)
-    cpu_extend_parser(parser)

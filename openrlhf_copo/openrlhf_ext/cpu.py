@@ -36,7 +36,7 @@ import functools
 import os
 from typing import List
 
-from openrlhf_copo.openrlhf_ext.worker_hook import CPU_ENV
+from openrlhf_copo.contract import CPU_ENV
 
 #: vLLM-CPU sizes its KV cache from this (GiB); gpu_memory_utilization is ignored there.
 KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"

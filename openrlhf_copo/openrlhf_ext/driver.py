@@ -28,16 +28,25 @@ import contextlib
 import json
 import sys
 
-from openrlhf_copo.openrlhf_ext import cpu, patches
+from openrlhf_copo.contract import RAY_WORKER_SETUP_HOOK
+from openrlhf_copo.openrlhf_ext import config, cpu, patches
 from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
-                                               copo_warnings, estimator_action, extend_openrlhf_parser, is_copo)
+                                               copo_warnings, estimator_action, is_copo)
 from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
 
-__all__ = ["DriverError", "extend_openrlhf_parser", "after_parse", "ray_init_kwargs", "openrlhf_main_hooks"]
+__all__ = ["DriverError", "extend_openrlhf_parser", "after_parse", "ray_init_kwargs", "with_worker_hook",
+           "openrlhf_main_hooks"]
 
 
 class DriverError(ValueError):
     """A reason the run cannot start, in one line (the CLI prints it; a fork hands it to `parser.error`)."""
+
+
+def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
+    """The parser step: COPO's estimators, the `--advantage_estimator` alias and the `--copo.*` flags
+    (`config`), and `--ds.param_dtype fp32` for the CPU path (`cpu`)."""
+    config.extend_openrlhf_parser(parser)
+    cpu.extend_parser(parser)
 
 
 def after_parse(args, *, check_inputs: bool = True, cpu_path: bool = False, warn=None) -> None:
@@ -73,13 +82,24 @@ def ray_init_kwargs(args, kwargs: dict, *, cpu_path: bool = False) -> dict:
     """OpenRLHF's `ray.init` arguments plus COPO's: the worker hook, the stop tokens, the CPU cluster."""
     kwargs = dict(kwargs)
     try:
-        kwargs["runtime_env"] = patches.with_worker_hook(kwargs.get("runtime_env"))
+        kwargs["runtime_env"] = with_worker_hook(kwargs.get("runtime_env"))
     except RuntimeError as e:
         raise DriverError(str(e)) from None
     _add_stop_tokens(kwargs["runtime_env"], args)
     if cpu_path:
         kwargs = cpu.ray_init_kwargs(args, kwargs)
     return kwargs
+
+
+def with_worker_hook(runtime_env=None) -> dict:
+    """``runtime_env`` plus our `worker_process_setup_hook` (for `ray.init`). Refuses to replace another hook."""
+    env = dict(runtime_env or {})
+    hook = env.get("worker_process_setup_hook")
+    if hook not in (None, RAY_WORKER_SETUP_HOOK):
+        raise RuntimeError(f"runtime_env already sets worker_process_setup_hook={hook!r}; openrlhf_copo needs its own "
+                           f"({RAY_WORKER_SETUP_HOOK}) to patch every Ray worker")
+    env["worker_process_setup_hook"] = RAY_WORKER_SETUP_HOOK
+    return env
 
 
 def _print_warning(message: str) -> None:

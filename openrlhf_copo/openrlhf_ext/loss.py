@@ -65,5 +65,8 @@ class CopoPolicyLoss(torch.nn.Module):
         else:
             local_mean, global_mean = local[0], glob[0]
         self.last_terms = (local_mean.detach(), global_mean.detach(), glob[1].detach())
-        # Clip ratio, PPO-KL and IS statistics are the local term's (same ratio in both terms).
-        return (local[0] + glob[0],) + tuple(local[1:])
+        # PPO-KL and IS statistics are the local term's (same ratio in both terms). So is the clip ratio, unless
+        # the micro-batch has no local term at all (GO-Only, all-incorrect prompts under zero control): then the
+        # global term's, so that OpenRLHF's ppo_clip_ratio does not read 0 while the global term is clipped.
+        clip_ratio = local[1] if bool((advantages != 0).any()) else glob[1]
+        return (local[0] + glob[0], clip_ratio) + tuple(local[2:])

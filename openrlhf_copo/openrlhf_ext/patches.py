@@ -36,7 +36,6 @@ from packaging.version import Version
 
 from openrlhf_copo.contract import ANSWER_ID, ROLLOUT_ENGINE_SEED, WEIGHTED_GLOBAL_ADV, sample_outcome
 from openrlhf_copo.openrlhf_ext.config import is_copo
-from openrlhf_copo.openrlhf_ext.worker_hook import RAY_WORKER_SETUP_HOOK
 
 #: OpenRLHF releases whose patched symbols were read and tested.
 SUPPORTED_OPENRLHF = SpecifierSet(">=0.11.2,<0.12")
@@ -369,14 +368,3 @@ def is_applied() -> bool:
     from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
 
     return bool(getattr(RemoteExperienceMaker, _PATCHED_ATTR, False) and getattr(ActorPPOTrainer, _PATCHED_ATTR, False))
-
-
-def with_worker_hook(runtime_env=None) -> dict:
-    """``runtime_env`` plus our `worker_process_setup_hook` (for `ray.init`). Refuses to replace another hook."""
-    env = dict(runtime_env or {})
-    hook = env.get("worker_process_setup_hook")
-    if hook not in (None, RAY_WORKER_SETUP_HOOK):
-        raise RuntimeError(f"runtime_env already sets worker_process_setup_hook={hook!r}; openrlhf_copo needs its own "
-                           f"({RAY_WORKER_SETUP_HOOK}) to patch every Ray worker")
-    env["worker_process_setup_hook"] = RAY_WORKER_SETUP_HOOK
-    return env

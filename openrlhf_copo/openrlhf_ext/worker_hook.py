@@ -22,8 +22,7 @@ import os
 import sys
 import threading
 
-#: Set by the driver of a CPU run (`cpu.loopback_env`), inherited by every worker.
-CPU_ENV = "OPENRLHF_COPO_CPU"
+from openrlhf_copo.contract import CPU_ENV, RAY_WORKER_SETUP_HOOK
 
 #: Module -> the function of `openrlhf_copo.openrlhf_ext.patches` that patches it once it is loaded.
 POST_IMPORT_PATCHES = {
@@ -101,5 +100,4 @@ def ray_worker_setup() -> None:
         cpu.install()
 
 
-#: The dotted path Ray imports in each worker.
-RAY_WORKER_SETUP_HOOK = f"{__name__}.ray_worker_setup"
+assert RAY_WORKER_SETUP_HOOK == f"{__name__}.ray_worker_setup", "contract.RAY_WORKER_SETUP_HOOK names this hook"

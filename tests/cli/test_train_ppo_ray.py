@@ -188,30 +188,50 @@ def test_an_error_raised_in_a_ray_actor_ends_on_its_own_line():
 
 
 def test_too_few_samples_for_rho_is_warned_at_start(load_args, capsys):
-    """log2(G) <= rho: w_local can never pass 1/2. At G = 2, rho 1.5, gamma 20 its maximum is sigmoid(-10)."""
-    load_args(copo_argv())  # G = 4: log2 4 = 2 > 1.5
+    """Warned from the entropies G can attain. G = 2: H is 0 or 1 bit, never above rho 1.5 (w_local at most
+    sigmoid(-10)). G = 3: 0, 0.918 or 1.585 bits; only the all-different pattern passes rho, the next one gives
+    w_local 9e-6, so every group that repeats an answer is GO-Only (the old log2(G) <= rho test missed it)."""
+    load_args(copo_argv())  # G = 4: [2,1,1] is at H = 1.5 exactly, w_local 0.5
     assert "warning" not in capsys.readouterr().err
     load_args(copo_argv("--rollout.n_samples_per_prompt", "2"))
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "w_local never exceeds 4.5e-05" in err[0] and "(log2 2)" in err[0], err
+    assert len(err) == 1 and "no answer pattern reaches w_local 0.05" in err[0] and "1+1: H 1 w_local 4.5e-05" in err[0]
+    load_args(copo_argv("--rollout.n_samples_per_prompt", "3"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "only the all-different pattern (H 1.58)" in err[0], err
+    assert "2+1: H 0.918 w_local 8.9e-06" in err[0] and "1 of 2 split patterns blend" in err[0]
+    load_args(copo_argv("--rollout.n_samples_per_prompt", "3", "--copo.rho", "0.8"))  # 2+1 now blends
+    assert "warning" not in capsys.readouterr().err
     load_args(copo_argv("--rollout.n_samples_per_prompt", "2", "--copo.mode", "grpo"))  # no blend: nothing to warn
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_reward_clip_range_is_warned_not_silently_ignored(load_args, capsys):
+    load_args(copo_argv("--reward.clip_range", "-1", "1"))
+    err = capsys.readouterr().err
+    assert "--reward.clip_range -1 1 is not applied under COPO" in err
 
 
 def test_every_setting_is_a_flag_with_its_declared_default(load_args):
     """CopoSettings declares each setting once; the parser, the defaults and the resume record come from it."""
     from dataclasses import fields
 
-    from openrlhf_copo.core import MODES
-    from openrlhf_copo.openrlhf_ext.config import COPO_ESTIMATORS, CopoSettings, resume_record
+    from openrlhf_copo.core import DEFAULTS, modes
+    from openrlhf_copo.openrlhf_ext.config import CopoSettings, copo_estimators, resume_record
 
     args = load_args(copo_argv())
     assert CopoSettings.from_args(args) == CopoSettings()
     assert set(vars(args.copo)) == {f.name for f in fields(CopoSettings)}
-    assert set(COPO_ESTIMATORS) == set(MODES) - {"grpo"}
+    assert set(copo_estimators()) == set(modes()) - {"grpo"}
     record = resume_record(args)
     assert record == {"estimator": "copo", "mode": "copo", "gamma": 20.0, "rho": 1.5, "zero_control": "prompt",
                       "incorrect": "answer", "std": "population", "eps": 1e-6, "entropy_base": 2.0}
+    # the defaults are the core's, declared once
+    assert {k: getattr(CopoSettings(), k) for k in vars(DEFAULTS)} == vars(DEFAULTS)
+    # a setting the mode never reads is not part of what a resume must keep
+    go_only = resume_record(load_args(copo_argv("--advantage_estimator", "go_only", "--copo.zero_control", "none")))
+    assert "zero_control" not in go_only and "gamma" not in go_only and "rho" not in go_only
+    assert resume_record(load_args(copo_argv("--copo.zero_control", "none")))["zero_control"] == "none"
 
 
 def test_a_rank_killed_mid_collective_is_named_not_the_rank_that_noticed():

@@ -9,7 +9,7 @@ import os
 import pytest
 import ray
 
-from openrlhf_copo.openrlhf_ext import patches
+from openrlhf_copo.openrlhf_ext import driver, patches
 
 
 @ray.remote(num_gpus=1)
@@ -32,7 +32,7 @@ def test_each_actor_sees_only_its_gpu(cuda):
     # PYTORCH_NVML_BASED_CUDA_CHECK empty in every worker: DeepSpeed's setdefault of it on import (which made
     # an early CUDA query harmless by luck) is neutralised, so only the hook's own behaviour is tested.
     ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-             runtime_env=patches.with_worker_hook({"env_vars": {"PYTORCH_NVML_BASED_CUDA_CHECK": ""}}))
+             runtime_env=driver.with_worker_hook({"env_vars": {"PYTORCH_NVML_BASED_CUDA_CHECK": ""}}))
     try:
         views = ray.get([a.view.remote() for a in (GpuProbe.remote(), GpuProbe.remote())])
     finally:

@@ -205,3 +205,19 @@ def test_a_group_mixing_two_prompts_is_refused(load_args):
     a.index, b.index = b.index, a.index
     with pytest.raises(RuntimeError, match="group 0 of the rollout batch holds responses to different prompts"):
         maker.compute_advantages_and_returns(experiences)
+
+
+def test_incorrect_answer_without_copo_correct_is_refused_at_the_first_step(load_args):
+    """Under the 0/0.1/1 format reward a fallback to rewards > 0 would call formatted-but-wrong answers correct,
+    and zero control would never fire: the step stops with one line instead."""
+    args = load_args(copo_argv())
+    maker, experiences = made_experiences(args)
+    for exp in experiences:
+        exp.info.pop("copo_correct")
+    with pytest.raises(CopoConfigError, match=r"--copo.incorrect answer needs extra_logs\['copo_correct'\]"):
+        maker.compute_advantages_and_returns(experiences)
+    args = load_args(copo_argv("--copo.incorrect", "reward"))  # the released code's rule needs no copo_correct
+    maker, experiences = made_experiences(args)
+    for exp in experiences:
+        exp.info.pop("copo_correct")
+    maker.compute_advantages_and_returns(experiences)

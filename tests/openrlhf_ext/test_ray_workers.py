@@ -5,7 +5,7 @@ import asyncio
 import pytest
 import ray
 
-from openrlhf_copo.openrlhf_ext import patches
+from openrlhf_copo.openrlhf_ext import driver, patches
 from tests_support import REWARD_FILE
 
 pytestmark = pytest.mark.ray
@@ -65,7 +65,7 @@ def test_driver_monkeypatch_does_not_reach_actors(ray_cleanup):
 
 
 def test_worker_hook_patches_every_worker(ray_cleanup):
-    start_ray(runtime_env=patches.with_worker_hook({"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}))
+    start_ray(runtime_env=driver.with_worker_hook({"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}))
     actors = [Probe.remote(), Probe.options(max_concurrency=4).remote(), AsyncProbe.remote()]
     assert ray.get([a.patched.remote() for a in actors]) == [True, True, True]
 
@@ -84,4 +84,4 @@ def test_worker_hook_patches_every_worker(ray_cleanup):
 
 def test_a_foreign_setup_hook_is_refused():
     with pytest.raises(RuntimeError, match="worker_process_setup_hook"):
-        patches.with_worker_hook({"worker_process_setup_hook": "somewhere.else"})
+        driver.with_worker_hook({"worker_process_setup_hook": "somewhere.else"})

@@ -65,3 +65,40 @@ def test_missing_global_advantages_fail_loudly(load_args, tiny_model_dir):
     exp.info.pop("copo_weighted_global_adv")
     with pytest.raises(RuntimeError, match="copo_weighted_global_adv"):
         trainer.training_step(exp, kl_ctl=0.0, step=0)
+
+
+def test_a_mode_registered_outside_core_reaches_the_cli_and_trains(load_args, tiny_model_dir):
+    """A new method is one registered function: it is an --advantage_estimator value and a --copo.mode choice
+    (read when the parser is built, not frozen when core was imported), and the real training step runs it."""
+    from openrlhf_copo.core import register_mode, unregister_mode
+
+    @register_mode("half_half_plugin", blended=False)
+    def half_half(x):
+        return torch.full_like(x.soft, 0.5), torch.full_like(x.soft, 0.5)
+
+    try:
+        args = load_args(copo_argv("--advantage_estimator", "half_half_plugin", model=tiny_model_dir))
+        assert load_args(copo_argv("--copo.mode", "half_half_plugin", model=tiny_model_dir)).copo.mode == \
+            "half_half_plugin"
+        _, trainer = build_trainer(args)
+        exp = micro_batch(args, trainer, [[1] * 4, [0] * 4, [1, 0, 1, 0], [0] * 4],
+                          [[5] * 4, [2, 3, 2, 3], [9, 1, 9, 2], [1] * 4], old_logprob_shift=0.0)
+        assert torch.stack(list(exp.info["copo_w_local"])).unique().tolist() == [0.5]
+        before = params_snapshot(trainer)
+        status = trainer.training_step(exp, kl_ctl=0.0, step=0)
+        assert status["metrics"]["actor_grad_norm"] > 0
+        assert max((a - b).abs().max().item() for a, b in zip(before, params_snapshot(trainer))) > 0
+    finally:
+        unregister_mode("half_half_plugin")
+    with pytest.raises(SystemExit):  # gone from the parser's choices with the registry entry
+        load_args(copo_argv("--advantage_estimator", "half_half_plugin", model=tiny_model_dir))
+
+
+def test_go_only_reports_the_global_terms_clip_ratio(load_args, tiny_model_dir):
+    """Under GO-Only the local term is empty: OpenRLHF's ppo_clip_ratio is the global term's, not a constant 0."""
+    args = load_args(copo_argv("--advantage_estimator", "go_only", model=tiny_model_dir))
+    _, trainer = build_trainer(args)
+    exp = micro_batch(args, trainer, MIXED_REWARDS, MIXED_IDS, old_logprob_shift=0.5)
+    status = trainer.training_step(exp, kl_ctl=0.0, step=0)
+    clip = status["metrics"]["ppo_clip_ratio"].item()
+    assert clip > 0 and clip == pytest.approx(status["metrics"]["copo_clip_ratio_global"].item())
