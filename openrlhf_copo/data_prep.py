@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from openrlhf_copo.embedded import atomic_path
+from openrlhf_copo.files import atomic_path, jsonl_rows
 from openrlhf_copo.embedded.data import INSTRUCTION
 from openrlhf_copo.rewards.verifier import label_parses
 
@@ -173,13 +173,7 @@ def load_records(path: Optional[Path] = None, hf_name: Optional[str] = None, spl
                 if not isinstance(rows, list):
                     raise DataPrepError(f'{path}: expected a list of objects or {{"data": [...]}}')
             elif suffix == ".jsonl":
-                rows = []
-                for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-                    if line.strip():
-                        try:
-                            rows.append(json.loads(line))
-                        except ValueError as e:
-                            raise DataPrepError(f"{path}:{n}: not JSON ({e})") from None
+                rows = [row for _, row in jsonl_rows(path, DataPrepError)]
             else:
                 raise DataPrepError(f"{path}: unknown file extension {suffix!r} (expected .parquet, .json or .jsonl)")
         except DataPrepError:

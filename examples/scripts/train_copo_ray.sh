@@ -4,8 +4,9 @@
 # clip 0.2, 2048 prompt / 2048 response tokens, temperature 1, top-p 1, KL as a loss, sequence-mean loss.
 #
 # Override from the environment: MODEL, DATA (prompt/label jsonl), SAVE_DIR, NNODES, GPUS_PER_NODE,
-# VLLM_ENGINES, ESTIMATOR (copo | go_selective | go_blended | go_only | copo_selective), COPO_MODE
-# (grpo = the GRPO baseline through the same code path), GAMMA, RHO, ZERO_CONTROL, STD, KL_COEF,
+# VLLM_ENGINES, ESTIMATOR (copo | go_selective | go_blended | go_only | copo_selective | copo_reward_coef), COPO_MODE
+# (grpo = the GRPO baseline through the same code path), GAMMA, RHO, ZERO_CONTROL, INCORRECT, STD (each unset:
+# the paper's default, openrlhf_copo.core.DEFAULTS), KL_COEF,
 # LOSS_AGG (seq-mean-token-mean | token-mean), EPISODES, WANDB_PROJECT. Extra OpenRLHF flags may follow on the
 # command line.
 set -euo pipefail
@@ -22,8 +23,6 @@ VLLM_ENGINES=${VLLM_ENGINES:-$((NNODES * GPUS_PER_NODE))}  # colocate_all: one e
 
 ARGS=(
   --advantage_estimator "${ESTIMATOR:-copo}"
-  --copo.gamma "${GAMMA:-20}" --copo.rho "${RHO:-1.5}"
-  --copo.zero_control "${ZERO_CONTROL:-prompt}" --copo.incorrect "${INCORRECT:-answer}" --copo.std "${STD:-population}"
   --actor.model_name_or_path "$MODEL"
   --reward.remote_url "$REWARD_FILE"
   --data.prompt_dataset "$DATA" --data.input_key prompt --data.label_key label --data.apply_chat_template
@@ -43,6 +42,12 @@ ARGS=(
   --ckpt.output_dir "$SAVE_DIR" --ckpt.path "$SAVE_DIR/ckpt" --ckpt.save_steps 10 --ckpt.load_enable
   --logger.logging_steps 1
 )
+# COPO's settings default to the paper's (openrlhf_copo.core.DEFAULTS, declared once); set only the overridden ones.
+[ -n "${GAMMA:-}" ] && ARGS+=(--copo.gamma "$GAMMA")
+[ -n "${RHO:-}" ] && ARGS+=(--copo.rho "$RHO")
+[ -n "${ZERO_CONTROL:-}" ] && ARGS+=(--copo.zero_control "$ZERO_CONTROL")
+[ -n "${INCORRECT:-}" ] && ARGS+=(--copo.incorrect "$INCORRECT")
+[ -n "${STD:-}" ] && ARGS+=(--copo.std "$STD")
 [ -n "${COPO_MODE:-}" ] && ARGS+=(--copo.mode "$COPO_MODE")
 [ -n "${WANDB_PROJECT:-}" ] && ARGS+=(--logger.wandb.key "${WANDB_API_KEY:-}" --logger.wandb.project "$WANDB_PROJECT")
 ARGS+=("$@")

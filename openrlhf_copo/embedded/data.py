@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
-from openrlhf_copo.embedded import atomic_path
+from openrlhf_copo.files import atomic_path
 from openrlhf_copo.rewards.verifier import label_parses
 
 __all__ = ["INSTRUCTION", "FINAL_NUMBER_INSTRUCTION", "EASY_TASKS", "ARITHMETIC_TASKS", "make_math_prompts",

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from openrlhf_copo.files import jsonl_rows
 #: Sizes chosen to finish inside 10 minutes on 2 CPU cores, fresh caches included (see README, "CPU demo").
 PROMPTS_PER_STEP = 6
 SAMPLES_PER_PROMPT = 4
@@ -158,13 +159,7 @@ def run(user_argv: List[str]) -> int:
 def read_metrics(path: Path) -> List[dict]:
     if not path.exists():
         return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            pass  # a line being written right now
-    return rows
+    return [row for _, row in jsonl_rows(path, partial_last_line=True)]  # the last line may be being written
 
 
 def train_rows(rows: List[dict]) -> List[dict]:

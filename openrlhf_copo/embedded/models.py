@@ -20,7 +20,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from openrlhf_copo.embedded import atomic_path
+from openrlhf_copo.files import atomic_path
 
 __all__ = ["cache_dir", "smollm2_instruct", "tiny_qwen2", "SMOLLM2_WHEEL_VERSION"]
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from openrlhf_copo.evaluation.metrics import maj_at_k, maj_at_k_bootstrap, mean_at_k, pass_at_k
+from openrlhf_copo.files import jsonl_rows, write_atomic
 
 #: The paper's k per benchmark (MATH-500 and GSM8K: 8; AIME: 64).
 DEFAULT_K = {"math500": 8, "math-500": 8, "gsm8k": 8, "aime24": 64, "aime2024": 64, "aime25": 64, "aime2025": 64}
@@ -57,13 +58,7 @@ def load_rows(path: Path) -> List[dict]:
     if not path.is_file():
         raise EvalInputError(f"benchmark file {path} does not exist")
     rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as e:
-            raise EvalInputError(f"{path}:{n}: not JSON ({e})") from None
+    for n, row in jsonl_rows(path, EvalInputError):
         for key in ("prompt", "label"):
             if key not in row:
                 raise EvalInputError(f"{path}:{n}: missing column '{key}' (expected prepare_data's prompt/label layout)")
@@ -202,12 +197,7 @@ def evaluate(models: Sequence[str], benchmarks: Sequence[Benchmark], out_dir: Pa
                             "benchmarks": {b.name: {"path": str(b.path), "k": b.k} for b in benchmarks}},
                "results": all_results}
     table = markdown_table(all_results)
-    _write_atomic(out_dir / "results.json", json.dumps(payload, indent=1))
-    _write_atomic(out_dir / "table.md", table)
+    write_atomic(out_dir / "results.json", json.dumps(payload, indent=1))
+    write_atomic(out_dir / "table.md", table)
     return payload
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

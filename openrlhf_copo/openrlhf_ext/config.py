@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
 from openrlhf_copo.core import DEFAULTS, STDS, ZERO_CONTROLS, mode_info, modes
+from openrlhf_copo.files import write_atomic
 
 #: `--copo.incorrect`: a response is incorrect when its answer is not the label's, or when its reward is 0.
 INCORRECT_RULES = ("answer", "reward")
@@ -281,11 +282,7 @@ def check_resume_settings(args, write: bool = True) -> None:
             raise CopoConfigError(f"{args.ckpt.path} was saved with other COPO settings ({diff}): resume with the "
                                   "same flags, or start a new --ckpt.path")
     elif write:
-        os.makedirs(args.ckpt.path, exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(current, f, indent=1)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(current, indent=1))
 
 
 def estimator_action(parser: argparse.ArgumentParser) -> Optional[argparse.Action]:

@@ -15,6 +15,7 @@ import os
 from typing import Iterator, List, Optional, Tuple
 
 from openrlhf_copo.openrlhf_ext.config import is_copo
+from openrlhf_copo.files import jsonl_rows
 
 #: Larger files are checked for keys but only their first rows' labels are parsed (math-verify costs ~3 ms).
 MAX_LABELS_TO_PARSE = 5000
@@ -27,13 +28,7 @@ def _looks_local(path: str) -> bool:
 
 def _json_rows(path: str) -> Iterator[Tuple[int, dict]]:
     if path.endswith(".jsonl"):
-        with open(path) as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        yield n, json.loads(line)
-                    except ValueError as e:
-                        raise PreflightError(f"{path}:{n}: not JSON ({e})") from None
+        yield from jsonl_rows(path, PreflightError)
     else:
         with open(path) as f:
             try:

@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from openrlhf_copo.embedded import atomic_path
+from openrlhf_copo.files import atomic_path
 from openrlhf_copo.embedded.models import cache_dir, smollm2_instruct, tiny_qwen2
 
 
