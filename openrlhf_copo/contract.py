@@ -64,13 +64,21 @@ def answer_key(answer: Optional[str], canonical: Optional[str], response: str) -
     return "raw:" + "".join(answer.split())
 
 
-def _item(values, i: int):
-    """Element ``i`` of a tensor (any shape, flattened), a list, or a number."""
-    if hasattr(values, "reshape"):
-        return values.reshape(-1)[i].item()
+def info_tensor(values):
+    """One value per response as a 1-D tensor, from any form OpenRLHF keeps it in: a reward's `extra_logs` or an
+    experience's `info` (a tensor of any shape), the same after OpenRLHF's collate (a list of 0-d tensors), or plain
+    numbers. The one adapter for every reader of these keys; integer ids stay int64."""
+    import torch  # here, not at the top: the reward's verifier workers import this module without torch
+
+    if isinstance(values, torch.Tensor):
+        return values.reshape(-1)
     if isinstance(values, (list, tuple)):
-        return _item(values[i], 0) if hasattr(values[i], "reshape") else values[i]
-    return values
+        return torch.stack([torch.as_tensor(v).reshape(()) for v in values]) if values else torch.empty(0)
+    return torch.as_tensor(values).reshape(-1)
+
+
+def _item(values, i: int):
+    return info_tensor(values)[i].item()
 
 
 def sample_outcome(values: Mapping, i: int = 0, reward=None) -> Tuple[Optional[int], bool]:

@@ -19,7 +19,8 @@ from typing import List
 
 import torch
 
-from openrlhf_copo.contract import ANSWER_ID, CORRECT, ROLLOUT_ENGINE_SEED, VERIFY_FAILED, WEIGHTED_GLOBAL_ADV
+from openrlhf_copo.contract import (ANSWER_ID, CORRECT, ROLLOUT_ENGINE_SEED, VERIFY_FAILED, WEIGHTED_GLOBAL_ADV,
+                                    info_tensor)
 from openrlhf_copo.core import copo_advantages
 from openrlhf_copo.openrlhf_ext.config import CopoConfigError, copo_settings
 
@@ -54,9 +55,7 @@ def _info_column(experiences, key: str) -> torch.Tensor:
                 f"the reward function returned no extra_logs['{key}'] for prompt {exp.prompts[:1]!r}: COPO needs "
                 "one answer id per response; use --reward.remote_url openrlhf_copo/rewards/math_reward.py"
             )
-        value = exp.info[key]
-        value = torch.stack(list(value)) if isinstance(value, (list, tuple)) else value
-        cols.append(value.reshape(-1))
+        cols.append(info_tensor(exp.info[key]))
     return torch.cat(cols)
 
 

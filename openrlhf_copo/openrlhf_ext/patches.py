@@ -34,7 +34,7 @@ import inspect
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from openrlhf_copo.contract import ANSWER_ID, ROLLOUT_ENGINE_SEED, WEIGHTED_GLOBAL_ADV, sample_outcome
+from openrlhf_copo.contract import ANSWER_ID, ROLLOUT_ENGINE_SEED, WEIGHTED_GLOBAL_ADV, info_tensor, sample_outcome
 from openrlhf_copo.openrlhf_ext.config import is_copo
 
 #: OpenRLHF releases whose patched symbols were read and tested.
@@ -120,7 +120,7 @@ def before_training_step(trainer, experience) -> None:
         g = experience.info.get(WEIGHTED_GLOBAL_ADV)
         if g is None:
             raise RuntimeError(f"COPO: micro-batch without info['{WEIGHTED_GLOBAL_ADV}'] (not made by the COPO advantage step)")
-        trainer.actor_loss_fn.global_advantages = torch_stack(g)
+        trainer.actor_loss_fn.global_advantages = info_tensor(g)
 
 
 def after_training_step(trainer, status: dict) -> dict:
@@ -351,15 +351,6 @@ def append_metrics(path: str, step: int, logs: dict) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
-
-
-def torch_stack(values):
-    """info values come back from OpenRLHF's collate as a tensor or a list of 0-d tensors."""
-    import torch
-
-    if isinstance(values, torch.Tensor):
-        return values.reshape(-1)
-    return torch.stack([torch.as_tensor(v).reshape(()) for v in values])
 
 
 def is_applied() -> bool:
