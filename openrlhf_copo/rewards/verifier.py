@@ -446,6 +446,15 @@ class _Worker:
 class VerifierPool:
     """A few math-verify child processes, each call bounded by ``timeout`` seconds.
 
+    Why not pebble's ProcessPool (+ cachetools), measured side by side by `benchmarks/bench_verifier_pool.py`
+    (2026-11-23, 2 cores, quiet, median of 3): pebble did 28.9 symbolic answers/s against our 19.4 (1.49x), and
+    took 11.2 s against our 8.3 s for 2 pathological answers among 16 ordinary ones (it restarts a worker at every
+    deadline; ours answers "timeout" from the worker's own alarm and keeps it). The symbolic gap is not the pool:
+    the same `judge` calls in a fresh process run at our pool's speed, and 1.3x faster in a process that imported
+    torch first (an effect of the worker's process state that we have not explained). So the library is not
+    adopted yet: it would cost the bounded pathological case and not by itself buy the speed; the open question
+    is recorded in the README ("Benchmarks").
+
     Thread-safe: concurrent callers each borrow a free worker. A worker that misses the
     deadline or dies is killed and replaced; its caller gets a ``timeout`` / ``error`` verdict.
     Verdicts are cached per (answer, label): COPO's consistent groups repeat their answers, and
