@@ -451,7 +451,8 @@ class VerifierPool:
     took 11.2 s against our 8.3 s for 2 pathological answers among 16 ordinary ones (it restarts a worker at every
     deadline; ours answers "timeout" from the worker's own alarm and keeps it). The symbolic gap is not the pool:
     the same `judge` calls in a fresh process run at our pool's speed, and 1.3x faster in a process that imported
-    torch first (an effect of the worker's process state that we have not explained). So the library is not
+    torch first. Pebble's workers are forked from the benchmark's process, ours start fresh; why either state is
+    faster we have not explained. So the library is not
     adopted yet: it would cost the bounded pathological case and not by itself buy the speed; the open question
     is recorded in the README ("Benchmarks").
 
