@@ -272,6 +272,7 @@ def _gold_canon(gold: str) -> Optional[str]:
     return canonical_form(parsed[0], gold) if parsed else None
 
 
+@functools.lru_cache(maxsize=None)
 def label_parses(label: str) -> bool:
     """The reward's test for a gold answer, in this process: math-verify turns it into a mathematical
     object rather than falling back to the raw string."""
