@@ -20,10 +20,11 @@ Contenders:
 - `reward file, T threads`: `math_reward.py` loaded by path and called as OpenRLHF's
   `SingleTurnAgentExecutor` calls it: one response per call, through `asyncio.to_thread`, with an
   executor of T threads, every call under the hard deadline. Its verifier pool is fresh (empty
-  caches) for every measurement; its worker start-up is paid before the clock starts, as the
-  plain loop's `import math_verify` is.
+  caches) for every measurement; its worker start-up (import and one warm-up check) is paid before the
+  clock starts, as the plain loop's import and warm-up check are.
 
-Prints responses/second per contender and the ratio to the plain loop (median of --repeats).
+Prints responses/second per contender and the ratio to the plain loop (median of --repeats), with the range
+over the repeats.
 """
 
 from __future__ import annotations
@@ -130,15 +131,17 @@ def _plain_loop_rate(items) -> float:
 
 
 def plain_loop(items) -> float:
-    """In a fresh process each time, math-verify imported before the clock: sympy's and math-verify's
-    caches start as cold as the reward file's fresh workers (a second run here would be warm)."""
+    """In a fresh process each time, math-verify imported and its parser warmed by one check before the clock,
+    as the reward file's workers are when they start: no answer of the workload is cached on either side."""
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx, initializer=_import_math_verify) as ex:
         return ex.submit(_plain_loop_rate, items).result()
 
 
 def _import_math_verify():
-    import math_verify  # noqa: F401
+    from math_verify import parse, verify
+
+    verify(parse("$\\frac{x^2}{2} + \\sqrt{3}$"), parse("$(1, 2]$"))  # warm, as the reward file's workers are
 
 
 def reward_file(reward_func, items, threads: int) -> float:
@@ -171,12 +174,17 @@ def main():
           f"verifier workers {verifier.DEFAULT_WORKERS}")
     for name, items in workloads(a.responses):
         pairs = len({(answer, lab) for _, _, lab, _, answer in items})
-        base = statistics.median(plain_loop(items) for _ in range(a.repeats))
+        bases = [plain_loop(items) for _ in range(a.repeats)]
+        base = statistics.median(bases)
         print(f"\n[{name}] {len(items)} responses, {pairs} distinct (answer, label) pairs")
-        print(f"  plain math-verify loop, 1 thread : {base:8.0f} responses/s   1.00x")
+        print(f"  plain math-verify loop, 1 thread : {base:8.0f} responses/s   1.00x   "
+              f"(runs {min(bases):.0f}-{max(bases):.0f})")
         for threads in a.threads:
-            rate = statistics.median(reward_file(reward_func, items, threads) for _ in range(a.repeats))
-            print(f"  reward file, {threads} threads          : {rate:8.0f} responses/s   {rate / base:.2f}x")
+            rates = [reward_file(reward_func, items, threads) for _ in range(a.repeats)]
+            rate = statistics.median(rates)
+            print(f"  reward file, {threads} threads          : {rate:8.0f} responses/s   {rate / base:.2f}x   "
+                  f"(runs {min(rates):.0f}-{max(rates):.0f}, ratio {min(rates) / max(bases):.2f}-"
+                  f"{max(rates) / min(bases):.2f}x)")
     verifier.reset_pool()
 
 

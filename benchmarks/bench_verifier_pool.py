@@ -99,12 +99,15 @@ def main(argv=None) -> None:
                 p.append(seconds)
             finally:
                 c.close()
-        rates[cls.name], patho[cls.name] = statistics.median(r), statistics.median(p)
+        rates[cls.name], patho[cls.name] = r, p
     base = Ours.name
     print(f"2 workers, 2 threads, deadline {a.timeout:g} s, median of {a.repeats}")
+    med = statistics.median
     for name in rates:
-        print(f"  {name:24s} symbolic {rates[name]:7.1f} answers/s ({rates[name] / rates[base]:.2f}x)   "
-              f"pathological + 16 ordinary {patho[name]:6.1f} s ({patho[name] / patho[base]:.2f}x)")
+        print(f"  {name:24s} symbolic {med(rates[name]):7.1f} answers/s (runs {min(rates[name]):.1f}-"
+              f"{max(rates[name]):.1f}; {med(rates[name]) / med(rates[base]):.2f}x)   pathological + 16 ordinary "
+              f"{med(patho[name]):6.1f} s (runs {min(patho[name]):.1f}-{max(patho[name]):.1f}; "
+              f"{med(patho[name]) / med(patho[base]):.2f}x)")
 
 
 if __name__ == "__main__":

@@ -317,6 +317,7 @@ def _is_name(side: str) -> bool:
     return not re.search(r"\\(?:times|cdot|div|frac|dfrac|tfrac)(?![A-Za-z])", side)
 
 
+@functools.lru_cache(maxsize=4096)  # a label's value is asked for once per response of its group
 def answer_value(text: str) -> str:
     """The part of an answer (or a label) that is compared and identified:
 

@@ -7,12 +7,12 @@ needs, one number per response:
 
 - `copo_answer_id`: int64 id of the extracted final answer, equal for mathematically
   equivalent answers (see `openrlhf_copo.rewards.answers`); read by the advantage step;
+- `copo_correct`: 1.0 if equivalent to the label (zero control and accuracy metrics);
+- `copo_has_answer`, `copo_verify_failed`, `copo_label_error`: diagnostics, logged as metrics.
 
 The answer is the response's last final-answer statement (`answers.extract_answer`); the answer and the
 label are then compared by their values (`answers.answer_value`: `x = 3` is 3, `6 \times 7 = 42` is 42,
 `1 000` is 1000), with math-verify's verdict (`verifier.judge`).
-- `copo_correct`: 1.0 if equivalent to the label (zero control and accuracy metrics);
-- `copo_has_answer`, `copo_verify_failed`, `copo_label_error`: diagnostics, logged as metrics.
 
 It never raises and never hangs: math-verify runs in worker processes behind a hard deadline
 (`COPO_VERIFY_TIMEOUT`, default 10 s); a timed-out or crashed check scores 0 and is flagged

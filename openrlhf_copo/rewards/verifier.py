@@ -306,6 +306,15 @@ def _child_main() -> None:
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # its "timeout is disabled" notice: we bound it here
     signal.signal(signal.SIGALRM, _on_deadline)
+    # One check before "ready": the LaTeX parser and sympy build their tables on first use (about 1 s), a cost
+    # that belongs to starting the worker, not to the first responses' deadline.
+    signal.setitimer(signal.ITIMER_REAL, STARTUP_TIMEOUT_S / 2)
+    try:
+        judge("\\frac{x^2}{2} + \\sqrt{3}", "(1, 2]")
+    except (_Deadline, Exception):
+        pass  # a warm-up, nothing depends on it
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
     out.write('{"ready": true}\n')
     for line in sys.stdin:
         try:
@@ -448,14 +457,10 @@ class VerifierPool:
     """A few math-verify child processes, each call bounded by ``timeout`` seconds.
 
     Why not pebble's ProcessPool (+ cachetools), measured side by side by `benchmarks/bench_verifier_pool.py`
-    (2026-11-23, 2 cores, quiet, median of 3): pebble did 28.9 symbolic answers/s against our 19.4 (1.49x), and
-    took 11.2 s against our 8.3 s for 2 pathological answers among 16 ordinary ones (it restarts a worker at every
-    deadline; ours answers "timeout" from the worker's own alarm and keeps it). The symbolic gap is not the pool:
-    the same `judge` calls in a fresh process run at our pool's speed, and 1.3x faster in a process that imported
-    torch first. Pebble's workers are forked from the benchmark's process, ours start fresh; why either state is
-    faster we have not explained. So the library is not
-    adopted yet: it would cost the bounded pathological case and not by itself buy the speed; the open question
-    is recorded in the README ("Benchmarks").
+    (2026-11-23, 2 cores, quiet, median of 3, both warmed): on ordinary symbolic answers the two are within their
+    run-to-run spread (pebble 23.9/s, 19.4-26.8; ours 22.0/s, 21.6-27.7), and pebble took 11.7 s against our 8.3 s
+    for 2 pathological answers among 16 ordinary ones: it restarts a worker at every deadline, where ours answers
+    "timeout" from the worker's own alarm and keeps it. The verdict cache is an OrderedDict of a few lines.
 
     Thread-safe: concurrent callers each borrow a free worker. A worker that misses the
     deadline or dies is killed and replaced; its caller gets a ``timeout`` / ``error`` verdict.
