@@ -56,11 +56,15 @@ print(f"cpu env ok: torch {torch.__version__}, vllm {vllm.__version__}, deepspee
       f"ray {ray.__version__}, transformers {transformers.__version__}")
 PYEOF
 
-# DeepSpeed's CPU ops are compiled on first use (about a minute on 2 cores); build them here, once, so that the
-# first training run does not pay for it (they land in ~/.cache/torch_extensions, or $TORCH_EXTENSIONS_DIR).
+# DeepSpeed's CPU ops are compiled on first use (about a minute each on 2 cores); build them here, once, so that
+# the first training run does not pay for it. They land in .venv/torch_extensions (or $TORCH_EXTENSIONS_DIR), built
+# with this environment's ninja: the folder and the ninja every process of a CPU run uses (openrlhf_ext/cpu.py,
+# item 8), so no run rebuilds them.
 "$VPY" - <<'PYEOF'
+from openrlhf_copo.openrlhf_ext import cpu
+cpu.use_this_environments_op_builds()
 from deepspeed.ops.op_builder.cpu import FusedAdamBuilder, ShareMemCommBuilder
 for builder in (FusedAdamBuilder(), ShareMemCommBuilder()):
     builder.load(verbose=False)
-print("deepspeed CPU ops built: fused_adam, deepspeed_shm_comm")
+print(f"deepspeed CPU ops built: fused_adam, deepspeed_shm_comm (in {cpu.torch_extensions_dir()})")
 PYEOF

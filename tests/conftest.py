@@ -16,6 +16,13 @@ from tests_support import free_port  # noqa: E402
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_configure(config):
+    # DeepSpeed's JIT ops from setup's build (this environment's folder and ninja), in-process tests included
+    from openrlhf_copo.openrlhf_ext import cpu
+
+    cpu.use_this_environments_op_builds()
+
+
 @pytest.fixture(scope="session")
 def load_args():
     from openrlhf_copo.cli.train_ppo_ray import load_args

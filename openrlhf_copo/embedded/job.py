@@ -87,6 +87,20 @@ def _pop_flag(argv: List[str], flag: str) -> Optional[str]:
     return None
 
 
+def requested(argv: List[str]) -> bool:
+    """No model given (and no --help): the user asks for the embedded default job."""
+    return not any(a in ("-h", "--help") for a in argv) and not any(
+        a == "--actor.model_name_or_path" or a.startswith("--actor.model_name_or_path=") for a in argv)
+
+
+def main(argv: List[str]) -> int:
+    """The demo on a machine without CUDA (it runs Ray on this machine: the local CUDA decides); on a GPU machine,
+    a pointer to the paper's scripts."""
+    from openrlhf_copo.openrlhf_ext.device import cuda_available
+
+    return refuse_on_gpu() if cuda_available() else run(argv)
+
+
 def refuse_on_gpu() -> int:
     print(
         "openrlhf_copo: this machine has a GPU, and the no-argument run is the CPU demo (SmolLM2-135M on toy math).\n"

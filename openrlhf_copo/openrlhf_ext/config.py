@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from openrlhf_copo.core import DEFAULTS, STDS, ZERO_CONTROLS, mode_info, modes
 from openrlhf_copo.files import write_atomic
+from openrlhf_copo.openrlhf_ext.device import DEVICES
 
 #: `--copo.incorrect`: a response is incorrect when its answer is not the label's, or when its reward is 0.
 INCORRECT_RULES = ("answer", "reward")
@@ -74,6 +75,10 @@ class CopoSettings:
     metrics_file: Optional[str] = _setting(None, "also append every step's logged metrics, and every evaluation's "
                                                  "(rows with \"eval\": 1), to this JSON-lines file (any estimator)",
                                            kind=str)
+    device: str = _setting("auto", "where the actors run: cuda, cpu (the CPU path: logical GPU slots, no CUDA touched), "
+                                   "or auto: asked of the Ray cluster the job joins (RAY_ADDRESS, as under `ray job "
+                                   "submit`: one task on a GPU slot reports whether it sees CUDA), else this machine "
+                                   "(any estimator)", choices=DEVICES)
     eval_before_train: bool = _setting(False, "with --eval.dataset: also evaluate once before the first step "
                                               "(step 0; not when resuming), as verl's val_before_train, so a run "
                                               "reports its held-out gain (any estimator)")

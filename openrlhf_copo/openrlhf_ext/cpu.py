@@ -1,7 +1,7 @@
 """OpenRLHF's Ray PPO pipeline on a machine without CUDA: every CPU adaptation, in one place.
 
-Nothing here runs where CUDA is available: the driver never exports `OPENRLHF_COPO_CPU=1` there,
-and `apply()` returns without touching anything.
+Nothing here runs unless the driver decided the CPU path (`--copo.device`, `device.py`): only then does it
+export `OPENRLHF_COPO_CPU=1` to the workers, and only then does any worker install these patches.
 
 What a CPU run changes, in the order unmodified OpenRLHF 0.11.2 breaks without it
 (docs: field notes, section 4):
@@ -28,15 +28,24 @@ What a CPU run changes, in the order unmodified OpenRLHF 0.11.2 breaks without i
    load in float32, DeepSpeed trains in fp32 (neither its bf16 nor fp16 section is enabled) and the
    vLLM engines, which OpenRLHF always builds in bfloat16, run in float32 too, so the weight sync
    carries one dtype end to end (`apply_fp32`; `ray_init_kwargs` sets `OPENRLHF_COPO_VLLM_DTYPE`).
+8. DeepSpeed's CPU ops (fused_adam, shm_comm) are compiled on first use by torch's JIT builder, which runs
+   whichever `ninja` is first on PATH in a cache shared by every Python environment of the user
+   (~/.cache/torch_extensions). Two ninja versions (the system's 1.11 and the pip wheel's 1.13, say) rewrite
+   each other's build log ("build log version is too old; starting over") and a build tree made for another
+   environment's torch has other include paths: both rebuild the ops, about 70 s per op on 2 cores, with
+   every rank waiting on the build lock. So setup and every process of a run use this environment's own
+   ninja and its own build folder (`use_this_environments_op_builds`).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 from typing import List
 
 from openrlhf_copo.contract import CPU_ENV
+from openrlhf_copo.openrlhf_ext.device import cuda_available
 
 #: vLLM-CPU sizes its KV cache from this (GiB); gpu_memory_utilization is ignored there.
 KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
@@ -45,12 +54,6 @@ VLLM_DTYPE_ENV = "OPENRLHF_COPO_VLLM_DTYPE"
 #: `--ds.param_dtype` values: OpenRLHF's, plus the CPU path's fp32.
 FP32 = "fp32"
 _APPLIED = False
-
-
-def cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def cpu_problems(args) -> List[str]:
@@ -125,7 +128,8 @@ def loopback_env() -> dict:
 
 
 def prepare_driver() -> None:
-    """Call before `ray` is imported in the driver of a CPU run (Ray reads its cluster switch at import)."""
+    """The CPU path's environment in the driver, before OpenRLHF's `ray.init`. (Ray reads its cluster switch when
+    imported, which is why the driver also starts a local cluster on 127.0.0.1 explicitly: `ray_init_kwargs`.)"""
     for key, value in loopback_env().items():
         os.environ.setdefault(key, value)
 
@@ -267,11 +271,29 @@ def apply_fp32() -> None:
     EngineArgs.create_engine_config = create_engine_config
 
 
+def torch_extensions_dir() -> str:
+    """Where this Python environment's JIT-built ops live: $TORCH_EXTENSIONS_DIR if set, else a folder inside the
+    environment (a virtualenv's own, not the user-wide ~/.cache/torch_extensions)."""
+    return os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(sys.prefix, "torch_extensions")
+
+
+def use_this_environments_op_builds() -> None:
+    """This process builds and finds DeepSpeed's JIT ops in `torch_extensions_dir()`, with the `ninja` of this
+    environment first on PATH when it has one (field 8 of the module docstring). Setup calls it before building
+    the ops, every process of a CPU run before using them."""
+    os.environ["TORCH_EXTENSIONS_DIR"] = torch_extensions_dir()
+    bin_dir = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    if os.path.exists(os.path.join(bin_dir, "ninja")) and path[:1] != [bin_dir]:
+        os.environ["PATH"] = os.pathsep.join([bin_dir] + [p for p in path if p != bin_dir])
+
+
 def install() -> None:
     """Install the CPU path in this process (idempotent). Workers call this when the driver chose the CPU
     path (`OPENRLHF_COPO_CPU=1`): the choice is the driver's, made once, never a worker's CUDA query."""
     global _APPLIED
     if not _APPLIED:
+        use_this_environments_op_builds()
         apply_torch_device_path()
         apply_vllm_worker_path()
         apply_fp32()

@@ -4,9 +4,10 @@ Two entry points run the very same steps:
 
 - `python -m openrlhf_copo.cli.train_ppo_ray` runs OpenRLHF's *unmodified* `train_ppo_ray` main under
   `openrlhf_main_hooks`, which calls the steps from three points of that main: its parser, its
-  `hierarchize`, and its `ray.init` (plus `ray.is_initialized`, to stop before training in `load_args`);
-- a fork carrying `patches/train_ppo_ray.patch` calls `extend_openrlhf_parser`, `after_parse` and
-  `ray_init_kwargs` from its own source.
+  `hierarchize`, and its `ray.init` (plus `ray.is_initialized`, to stop before training in `load_args`), and
+  ends a failed run with `end_run`;
+- a fork carrying `patches/train_ppo_ray.patch` calls `extend_openrlhf_parser`, `after_parse`,
+  `ray_init_kwargs` and `run_training` from its own source.
 
 Steps, in order:
 
@@ -16,9 +17,14 @@ Steps, in order:
                   3. openrlhf version and signatures       fails early on an unsupported openrlhf
                   4. resume guard (check_resume_settings)  a checkpoint resumes with its own settings
                   5. preflight                             model folder, data files, rows, labels
-                  6. CPU path, where there is no CUDA      (CLI only: it must be set up before `import ray`)
+                  6. device (--copo.device, `device.py`)   CUDA or the CPU path, decided where the actors will
+                                                           run, said in one line; the CPU path's refusals and
+                                                           adaptations follow it (`cpu.py`), and
+                                                           args.copo.device holds the decision from here on
     ray.init      ray_init_kwargs: the worker hook (patches in every worker, no CUDA touched), the actor
-                  tokenizer's stop tokens for the reward, the CPU path's local cluster
+                  tokenizer's stop tokens for the reward, the CPU path's environment and local cluster
+    train         run_training / end_run: a run that stops ends on one line naming what stopped it
+                  (`failure.py`: which worker died, where the checkpoints are), then Ray shut down
 """
 
 from __future__ import annotations
@@ -29,13 +35,14 @@ import json
 import sys
 
 from openrlhf_copo.contract import RAY_WORKER_SETUP_HOOK
-from openrlhf_copo.openrlhf_ext import config, cpu, patches
+from openrlhf_copo.openrlhf_ext import config, cpu, device, patches
 from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
                                                copo_warnings, estimator_action, is_copo)
+from openrlhf_copo.openrlhf_ext.failure import end_run
 from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
 
-__all__ = ["DriverError", "extend_openrlhf_parser", "after_parse", "ray_init_kwargs", "with_worker_hook",
-           "openrlhf_main_hooks"]
+__all__ = ["DriverError", "extend_openrlhf_parser", "after_parse", "apply_device", "decide_device", "ray_init_kwargs",
+           "with_worker_hook", "run_training", "end_run", "openrlhf_main_hooks"]
 
 
 class DriverError(ValueError):
@@ -49,12 +56,12 @@ def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
     cpu.extend_parser(parser)
 
 
-def after_parse(args, *, check_inputs: bool = True, cpu_path: bool = False, warn=None) -> None:
+def after_parse(args, *, check_inputs: bool = True, warn=None) -> None:
     """Steps 1-6, right after OpenRLHF hierarchized the flags. Raises `DriverError`.
 
-    ``check_inputs`` off skips the resume guard and the preflight (`load_args`: no files are read or written);
-    ``cpu_path``: this driver takes the CPU path (the CLI on a machine without CUDA)."""
-    problems = copo_problems(args) + ([] if cpu_path or not cpu.cuda_available() else cpu.gpu_problems(args))
+    ``check_inputs`` off skips the resume guard, the preflight and the device decision (`load_args`: nothing is
+    read, written or asked of a cluster; args.copo.device stays as given)."""
+    problems = copo_problems(args)
     if problems:
         raise DriverError(problems[0])
     for warning in copo_warnings(args):
@@ -64,31 +71,64 @@ def after_parse(args, *, check_inputs: bool = True, cpu_path: bool = False, warn
             patches.apply()  # in the driver too: an unsupported openrlhf fails here, not in a worker
         except patches.OpenRLHFVersionError as e:
             raise DriverError(str(e)) from None
-    if check_inputs:
-        try:
-            check_resume_settings(args)
-            preflight(args)
-        except (CopoConfigError, PreflightError) as e:
-            raise DriverError(str(e)) from None
-    if cpu_path:
+    if not check_inputs:
+        return
+    try:
+        check_resume_settings(args)
+        preflight(args)
+    except (CopoConfigError, PreflightError) as e:
+        raise DriverError(str(e)) from None
+    apply_device(args)
+
+
+def apply_device(args) -> device.DeviceDecision:
+    """Step 6: decide the device (`decide_device`), say it in one line, refuse what that device cannot run, set up
+    the CPU path if it is that, and leave the decision in ``args.copo.device`` (what `ray_init_kwargs` reads)."""
+    decision = decide_device(args)
+    print(decision.line(), file=sys.stderr, flush=True)
+    if decision.cpu_path:
         problems = cpu.cpu_problems(args)
         if problems:
-            raise DriverError(f"no CUDA device, so this runs on the CPU path, where {problems[0]}")
-        cpu.apply()
+            raise DriverError(f"the actors run on the CPU path ({decision.reason}), where {problems[0]}")
+        cpu.prepare_driver()
+        cpu.install()
+    else:
+        problems = cpu.gpu_problems(args)
+        if problems:
+            raise DriverError(f"the actors run on CUDA ({decision.reason}), where {problems[0]}")
+    args.copo.device = decision.device
+    return decision
 
 
+def decide_device(args) -> device.DeviceDecision:
+    """Step 6's decision: `--copo.device`, with `auto` asked of the cluster the run joins (`device.decide`)."""
+    try:
+        return device.decide(args.copo.device, address=device.cluster_address(), local_cuda=device.cuda_available,
+                             probe=device.probe_cluster)
+    except device.DeviceError as e:
+        raise DriverError(str(e)) from None
 
-def ray_init_kwargs(args, kwargs: dict, *, cpu_path: bool = False) -> dict:
-    """OpenRLHF's `ray.init` arguments plus COPO's: the worker hook, the stop tokens, the CPU cluster."""
+
+def ray_init_kwargs(args, kwargs: dict) -> dict:
+    """OpenRLHF's `ray.init` arguments plus COPO's: the worker hook, the stop tokens, and on the CPU path (as
+    `after_parse` decided) its environment and local cluster."""
     kwargs = dict(kwargs)
     try:
         kwargs["runtime_env"] = with_worker_hook(kwargs.get("runtime_env"))
     except RuntimeError as e:
         raise DriverError(str(e)) from None
     _add_stop_tokens(kwargs["runtime_env"], args)
-    if cpu_path:
+    if args.copo.device == device.CPU:
         kwargs = cpu.ray_init_kwargs(args, kwargs)
     return kwargs
+
+
+def run_training(train, args, prog: str) -> None:
+    """OpenRLHF's `train(args)`; if it raises, the run ends on one line (`end_run`)."""
+    try:
+        train(args)
+    except Exception as e:  # a dead Ray worker, an out-of-memory, ...: the traceback, then one line
+        end_run(e, args, prog)
 
 
 def with_worker_hook(runtime_env=None) -> dict:
@@ -127,10 +167,10 @@ class StopBeforeTraining(Exception):
 
 
 @contextlib.contextmanager
-def openrlhf_main_hooks(captured: dict, *, stop_before_training: bool, cpu_path: bool, prog: str, warn=None):
+def openrlhf_main_hooks(captured: dict, *, stop_before_training: bool, prog: str, warn=None):
     """Run the steps from inside OpenRLHF's unmodified main: its parser gets the COPO flags, its
     `hierarchize` runs `after_parse`, its `ray.init` gets `ray_init_kwargs`. ``captured`` receives the
-    parser and the args. Everything is restored on exit."""
+    parser and, once `after_parse` passed, the args. Everything is restored on exit."""
     import ray
 
     import openrlhf.utils.config as orl_config
@@ -150,12 +190,14 @@ def openrlhf_main_hooks(captured: dict, *, stop_before_training: bool, cpu_path:
     def hierarchize(flat):
         nested = original_hierarchize(flat)
         if "parser" in captured and "args" not in captured:
+            after_parse(nested, check_inputs=not stop_before_training, warn=warn)
             captured["args"] = nested
-            after_parse(nested, check_inputs=not stop_before_training, cpu_path=cpu_path, warn=warn)
         return nested
 
     def init(*args, **kwargs):
-        return original_init(*args, **ray_init_kwargs(captured["args"], kwargs, cpu_path=cpu_path))
+        if "args" not in captured:  # the device probe's own short connection, inside after_parse
+            return original_init(*args, **kwargs)
+        return original_init(*args, **ray_init_kwargs(captured["args"], kwargs))
 
     def is_initialized():
         if stop_before_training and "args" in captured:

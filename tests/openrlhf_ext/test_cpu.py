@@ -94,11 +94,14 @@ def test_ray_workers_get_every_core_and_an_fp32_run_builds_fp32_vllm_engines(loa
 def test_fp32_is_the_cpu_paths_and_refused_on_a_gpu(load_args, monkeypatch):
     from openrlhf_copo.openrlhf_ext import driver
 
+    from openrlhf_copo.openrlhf_ext import device
+
     args = load_args(copo_argv(*CPU_OK, "--ds.param_dtype", "fp32"))
     assert args.ds.param_dtype == "fp32"
-    monkeypatch.setattr(cpu, "cuda_available", lambda: True)
-    with pytest.raises(driver.DriverError, match="--ds.param_dtype fp32 is the CPU path's"):
-        driver.after_parse(args, check_inputs=False)
+    monkeypatch.setattr(device, "cuda_available", lambda: True)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(driver.DriverError, match="where --ds.param_dtype fp32 is the CPU path's"):
+        driver.apply_device(args)
 
 
 def test_fp32_on_the_cpu_path_loads_float32_and_overrides_vllms_bfloat16(cpu_path, monkeypatch):

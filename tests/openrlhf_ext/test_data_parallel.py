@@ -35,7 +35,9 @@ def ray_cpu(load_args, model):
     from openrlhf_copo.openrlhf_ext import cpu, driver
 
     cpu.prepare_driver()
-    kwargs = driver.ray_init_kwargs(load_args(copo_argv(model=model)), {}, cpu_path=True)
+    args = load_args(copo_argv(model=model))
+    args.copo.device = "cpu"  # as step 6 of the driver leaves it on the CPU path
+    kwargs = driver.ray_init_kwargs(args, {})
     kwargs["num_gpus"] = 2
     ray.init(**kwargs)
     yield

@@ -1,0 +1,99 @@
+"""`--copo.device`: where the actors run is decided from where they will run, not from the driver's own CUDA
+(`openrlhf_ext/device.py`, step 6 of `openrlhf_ext/driver.py`). The real probe against a real two-node cluster is in
+tests/e2e/test_two_nodes.py; on a GPU, tests/gpu/."""
+
+import pytest
+
+from openrlhf_copo.contract import CPU_ENV
+from openrlhf_copo.openrlhf_ext import cpu, device, driver
+from tests_support import copo_argv
+
+ADDRESS = "10.0.0.1:6379"
+CPU_OK = ("--vllm.sync_backend", "gloo", "--ds.attn_implementation", "sdpa")
+
+
+def never(*_):
+    raise AssertionError("not to be asked here")
+
+
+def answer(cuda: bool):
+    def probe(address):
+        assert address == ADDRESS
+        return device.ProbeAnswer(cuda=cuda, devices=8 if cuda else 0, node="gpu-node-3")
+    return probe
+
+
+@pytest.mark.parametrize("requested, address, local, probe, expected, reason", [
+    # said outright: neither this machine nor the cluster is asked
+    ("cuda", None, never, never, "cuda", "--copo.device cuda"),
+    ("cuda", ADDRESS, never, never, "cuda", "--copo.device cuda"),
+    ("cpu", ADDRESS, never, never, "cpu", "--copo.device cpu"),
+    # auto, no cluster to join: this machine decides
+    ("auto", None, lambda: False, never, "cpu", "no Ray cluster to join (RAY_ADDRESS unset), and this machine has no CUDA"),
+    ("auto", None, lambda: True, never, "cuda", "this machine sees CUDA"),
+    # auto, joining a cluster (a CPU-only head node: the driver's CUDA is never asked): the cluster decides
+    ("auto", ADDRESS, never, answer(True), "cuda", f"a task on a GPU slot of the cluster at {ADDRESS} (node "
+                                                   "gpu-node-3) sees 8 CUDA device(s)"),
+    ("auto", ADDRESS, never, answer(False), "cpu", "(node gpu-node-3) sees no CUDA, so its GPU slots are logical"),
+])
+def test_the_device_is_decided_where_the_actors_run(requested, address, local, probe, expected, reason):
+    decision = device.decide(requested, address=address, local_cuda=local, probe=probe)
+    assert decision.device == expected and decision.cpu_path == (expected == "cpu")
+    assert reason in decision.reason
+    assert decision.line().startswith("openrlhf_copo: the actors run on " + ("CUDA: " if expected == "cuda" else
+                                                                               "the CPU path (no CUDA touched): "))
+
+
+def test_the_flag_and_its_default(load_args):
+    assert load_args(copo_argv()).copo.device == "auto"
+    assert load_args(copo_argv("--copo.device", "cuda")).copo.device == "cuda"
+    with pytest.raises(SystemExit):
+        load_args(copo_argv("--copo.device", "gpu"))
+    with pytest.raises(device.DeviceError, match="--copo.device tpu: choose one of auto, cuda, cpu"):
+        device.decide("tpu")
+
+
+def test_a_cuda_less_driver_told_cuda_does_not_take_the_cpu_path(load_args, monkeypatch, capsys):
+    """The head node of KubeRay / Slurm+Ray has no GPU; its workers do. `--copo.device cuda`: the CPU path's
+    refusals do not apply (NCCL sync is fine), nothing of it is installed or exported, Ray is not started locally."""
+    assert not device.cuda_available()  # this machine: the CUDA-less driver
+    monkeypatch.setattr(cpu, "install", never)
+    monkeypatch.setattr(cpu, "prepare_driver", never)
+    args = load_args(copo_argv("--copo.device", "cuda", "--vllm.sync_backend", "nccl"))
+    decision = driver.apply_device(args)
+    assert decision.device == "cuda" and args.copo.device == "cuda"
+    assert capsys.readouterr().err.strip() == "openrlhf_copo: the actors run on CUDA: --copo.device cuda"
+    kwargs = driver.ray_init_kwargs(args, {"runtime_env": {"env_vars": {"NCCL_DEBUG": "WARN"}}})
+    assert CPU_ENV not in kwargs["runtime_env"]["env_vars"] and "address" not in kwargs and "num_gpus" not in kwargs
+    assert kwargs["runtime_env"]["env_vars"]["NCCL_DEBUG"] == "WARN"
+
+
+def test_auto_follows_the_probe_and_every_cpu_refusal_follows_the_decision(load_args, monkeypatch, capsys):
+    monkeypatch.setenv("RAY_ADDRESS", ADDRESS)
+    monkeypatch.setattr(device, "cuda_available", never)  # the driver's own CUDA decides nothing when joining
+    # the probe says CUDA: NCCL weight sync is accepted, fp32 (the CPU path's) is refused
+    monkeypatch.setattr(device, "probe_cluster", answer(True))
+    monkeypatch.setattr(cpu, "install", never)
+    args = load_args(copo_argv("--vllm.sync_backend", "nccl"))
+    assert driver.apply_device(args).device == "cuda" and args.copo.device == "cuda"
+    with pytest.raises(driver.DriverError, match=r"the actors run on CUDA \(--copo.device auto: a task on a GPU slot .*"
+                                                 r"\), where --ds.param_dtype fp32 is the CPU path's"):
+        driver.apply_device(load_args(copo_argv(*CPU_OK, "--ds.param_dtype", "fp32")))
+    # the probe says no CUDA: the CPU path, whose refusals name the decision
+    monkeypatch.setattr(device, "probe_cluster", answer(False))
+    with pytest.raises(driver.DriverError, match=r"the actors run on the CPU path \(--copo.device auto: .* sees no "
+                                                 r"CUDA.*\), where --vllm.sync_backend nccl: NCCL needs CUDA"):
+        driver.apply_device(load_args(copo_argv("--vllm.sync_backend", "nccl")))
+    assert "the actors run on the CPU path" in capsys.readouterr().err
+
+
+def test_the_cpu_decision_exports_the_cpu_path_to_the_workers(load_args, monkeypatch):
+    """On the CPU path the workers learn it from the runtime env, and a cluster being joined keeps its address."""
+    monkeypatch.setattr(cpu, "install", lambda: None)
+    monkeypatch.setattr(cpu, "prepare_driver", lambda: None)
+    monkeypatch.setenv("RAY_ADDRESS", ADDRESS)
+    monkeypatch.setattr(device, "probe_cluster", answer(False))
+    args = load_args(copo_argv(*CPU_OK))
+    assert driver.apply_device(args).device == "cpu"
+    kwargs = driver.ray_init_kwargs(args, {})
+    assert kwargs["runtime_env"]["env_vars"][CPU_ENV] == "1" and "address" not in kwargs
