@@ -41,6 +41,40 @@ ROLLOUT_ENGINE_SEED = "copo_rollout_engine_seed"
 #: Prefix of the answer key of a response without an extractable answer (its own text follows).
 NO_ANSWER_PREFIX = "noanswer:"
 
+# The metrics COPO logs (through experience.info or the training step's status, into OpenRLHF's logger), declared
+# once with their meaning. Written by openrlhf_ext/advantages.py and patches.py, read by the demo's summary and plots;
+# the README's Metrics section names every one (tests/test_contract.py).
+
+#: Per response, averaged over the step by OpenRLHF.
+ENTROPY = "copo_entropy"  # consistency entropy H of the response's prompt
+W_LOCAL = "copo_w_local"  # sigmoid(gamma (H - rho)), 0 under zero control
+W_GLOBAL = "copo_w_global"  # 1 - w_local
+W_LOCAL_MID = "copo_w_local_mid"  # 1 if the prompt blends both terms (0.05 < w_local < 0.95)
+LOCAL_ADV = "copo_local_adv"  # A_local (GRPO's group-normalized advantage)
+GLOBAL_ADV_RAW = "copo_global_adv_raw"  # A_global, before its weight
+ALL_CORRECT = "copo_all_correct"  # 1 if every response of the prompt is correct
+ALL_INCORRECT = "copo_all_incorrect"  # 1 if none is
+ZERO_STD = "copo_zero_std"  # 1 if the prompt's rewards are all equal
+SIGNAL_GRPO = "copo_signal_grpo"  # 1 if A_local != 0 (a gradient under GRPO)
+SIGNAL_COPO = "copo_signal_copo"  # 1 if either weighted term != 0 (a gradient under COPO)
+ROLLOUT_LOGPROB_ABSDIFF = "copo_rollout_logprob_absdiff"  # mean |vLLM - trainer| logprob over sampled tokens
+#: Per rollout batch (the same value on every response).
+GLOBAL_ADV_STD = "copo_global_adv_std"  # std of A_global over the batch's prompts
+PROMPT_REWARD_MEAN = "copo_prompt_reward_mean"  # mean of the prompts' mean rewards R(q)
+NUM_PROMPTS = "copo_num_prompts"  # prompts in the global statistics (the whole rollout batch)
+NUM_ENGINES = "copo_num_engines"  # vLLM engines whose responses the batch holds
+#: `ROLLOUT_LOGPROB_ABSDIFF` of engine i's responses: ENGINE_LOGPROB_ABSDIFF.format(i).
+ENGINE_LOGPROB_ABSDIFF = "copo_rollout_logprob_absdiff_engine{}"
+#: Per training step (the loss's two terms, each its exact token mean over the step).
+LOSS_LOCAL = "copo_loss_local"
+LOSS_GLOBAL = "copo_loss_global"
+CLIP_RATIO_GLOBAL = "copo_clip_ratio_global"
+#: Every metric above (the engine one as its pattern), and the reward file's.
+METRICS = (ENTROPY, W_LOCAL, W_GLOBAL, W_LOCAL_MID, LOCAL_ADV, GLOBAL_ADV_RAW, ALL_CORRECT, ALL_INCORRECT, ZERO_STD,
+           SIGNAL_GRPO, SIGNAL_COPO, ROLLOUT_LOGPROB_ABSDIFF, GLOBAL_ADV_STD, PROMPT_REWARD_MEAN, NUM_PROMPTS,
+           NUM_ENGINES, ENGINE_LOGPROB_ABSDIFF, LOSS_LOCAL, LOSS_GLOBAL, CLIP_RATIO_GLOBAL, WEIGHTED_GLOBAL_ADV,
+           CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR)
+
 # Names every process of a run agrees on (the driver sets them, Ray's workers read them).
 
 #: Set to "1" by the driver of a CPU run (`openrlhf_ext.cpu.loopback_env`), inherited by every worker.

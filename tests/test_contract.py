@@ -23,3 +23,17 @@ def test_sample_outcome_from_reward_logs_and_experience_info():
     assert sample_outcome(info) == (2**62 + 1, True)  # int64 ids stay exact
     assert sample_outcome({ANSWER_ID: torch.tensor([5])}, reward=torch.tensor([0.0])) == (5, False)
     assert REWARD_LOGS[0] == ANSWER_ID
+
+
+def test_every_metric_is_declared_once_and_named_in_the_readme():
+    import re
+    from pathlib import Path
+
+    from openrlhf_copo.contract import ENGINE_LOGPROB_ABSDIFF, METRICS
+
+    assert len(set(METRICS)) == len(METRICS) and all(m.startswith("copo_") for m in METRICS)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Metrics"):readme.index("## How it plugs into OpenRLHF")]
+    named = set(re.findall(r"`(copo_[a-z_0-9<>]+)`", section))
+    assert {m.replace("{}", "<i>") for m in METRICS} == named, named ^ {m.replace("{}", "<i>") for m in METRICS}
+    assert ENGINE_LOGPROB_ABSDIFF.format(3) == "copo_rollout_logprob_absdiff_engine3"

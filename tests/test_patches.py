@@ -61,3 +61,27 @@ def test_the_forks_own_main_runs_the_same_driver_steps(fork, tmp_path, extra, re
     assert out.returncode == 2, out.stderr[-2000:]
     assert reason in out.stderr.strip().splitlines()[-1], out.stderr[-2000:]
     assert "Traceback" not in out.stderr
+
+
+def test_a_forks_killed_worker_ends_on_the_same_line_as_the_clis(fork, tmp_path):
+    """The fork's own `python -m openrlhf.cli.train_ppo_ray` runs the driver steps to the end: the device step (on
+    this CUDA-less machine, the CPU path), then training through `driver.run_training`. Its DeepSpeed worker killed
+    mid-run, it ends on the CLI's line (tests/e2e/test_train_ppo_ray_cpu.py), after its own program name."""
+    import re
+
+    from openrlhf_copo.embedded.models import tiny_qwen2
+    from tests_support import kill_policy_actor_mid_run, train_argv, write_prompts
+
+    model = tiny_qwen2(tmp_path / "tiny-model")
+    data = write_prompts(tmp_path / "prompts.jsonl", 6)
+    cmd = [sys.executable, "-m", "openrlhf.cli.train_ppo_ray",
+           *train_argv(tmp_path, model, data, 6, "--train.num_episodes", "3")]
+    reason, victims, returncode, err = kill_policy_actor_mid_run(
+        cmd, tmp_path / "metrics.jsonl", {**fork_env(fork), "HF_HUB_OFFLINE": "1"},
+        "train_ppo_ray.py: error: training stopped:")
+    assert returncode == 2
+    assert len(reason) == 1, err[-3000:]
+    assert re.search(r"PolicyModelActor \(pid (\d+)\) died", reason[0]).group(1) in victims, reason[0]
+    assert f"checkpoints under {tmp_path / 'ckpt'} are as last saved" in reason[0]
+    assert "openrlhf_copo: the actors run on the CPU path (no CUDA touched): --copo.device auto" in err
+    assert f"{fork}/openrlhf/cli/train_ppo_ray.py" in err  # the traceback runs through the fork's main

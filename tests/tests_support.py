@@ -243,3 +243,47 @@ def wandb_offline_history(run_dir) -> list:
                 rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
                              for item in record.history.item})
     return rows
+
+
+def submit_runtime_env(working_dir: Path, *argv: str) -> dict:
+    """What the example scripts' `copo_submit` passes as `ray job submit --runtime-env-json` for ``argv`` with
+    WORKING_DIR=``working_dir`` (`copo_runtime_env` of examples/scripts/_submit.sh, run as the scripts run it)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+    out = subprocess.run(["bash", "-c", f'source "{REPO}/examples/scripts/_submit.sh"; copo_runtime_env "$@"', "_",
+                          *map(str, argv)], capture_output=True, text=True, timeout=120, check=True, cwd=working_dir,
+                         env={**os.environ, "PATH": path, "WORKING_DIR": str(working_dir)})
+    return json.loads(out.stdout)
+
+
+def kill_policy_actor_mid_run(cmd: list, metrics_file: Path, env: dict, prefix: str) -> tuple:
+    """Start a training run (``cmd``), SIGKILL its DeepSpeed actor once a step is logged to ``metrics_file``, and
+    return (the lines of its stderr that start with ``prefix``, the killed pids, the return code). Fails on a hang."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 600
+    while time.time() < deadline and not metrics_file.exists() and proc.poll() is None:
+        time.sleep(1)
+    if not metrics_file.exists():
+        proc.kill()
+        raise AssertionError("no step completed: " + proc.communicate()[1][-3000:])
+    ours = descendants(proc.pid)  # this run's Ray cluster only: another job's actors on this machine are not ours
+    victims = [pid for pid in subprocess.run(["pgrep", "-f", "ray::PolicyModelActor"], capture_output=True,
+                                             text=True).stdout.split() if int(pid) in ours]
+    assert victims, "found no PolicyModelActor process of this run to kill"
+    for pid in victims:
+        os.kill(int(pid), signal.SIGKILL)
+    try:
+        _, err = proc.communicate(timeout=300)  # no hang
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("the run hung after its DeepSpeed worker was killed")
+    return [line for line in err.splitlines() if line.startswith(prefix)], victims, proc.returncode, err

@@ -15,12 +15,33 @@ copo_abspath() {
   case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac
 }
 
+# The job's runtime env: the working dir, minus what the run writes into it or reads by absolute path. Ray packs
+# the working dir into every submission (refusing a package over its gRPC limit, 512 MiB), so checkpoints under it
+# would travel again with the resubmission meant to resume from them, or stop it. Listed in .gitignore too
+# (checkpoints/, data/, runs/, which Ray honours); this also covers a SAVE_DIR or DATA of the user's own inside it.
+# Each value of the flags below that lies inside the working dir becomes an anchored exclude.
+COPO_PATH_FLAGS="--ckpt.path --ckpt.output_dir --data.prompt_dataset --eval.dataset --copo.metrics_file --logger.tensorboard_dir"
+
+copo_runtime_env() {  # copo_runtime_env [args...]: the JSON for `ray job submit --runtime-env-json`
+  python3 - "${WORKING_DIR:-$PWD}" "$COPO_PATH_FLAGS" "$@" <<'PYEOF'
+import json, os, sys
+
+working_dir, flags, argv = os.path.realpath(sys.argv[1]), sys.argv[2].split(), sys.argv[3:]
+excludes = []
+for flag, value in zip(argv, argv[1:]):
+    path = os.path.realpath(value) if flag in flags else None
+    if path and path.startswith(working_dir + os.sep) and "/" + os.path.relpath(path, working_dir) not in excludes:
+        excludes.append("/" + os.path.relpath(path, working_dir))
+print(json.dumps({"working_dir": working_dir, "excludes": excludes}))
+PYEOF
+}
+
 copo_submit() {
   if [ "${COPO_PRINT_ARGS:-0}" = "1" ]; then
     printf '%s\n' "${ARGS[@]}"
     return 0
   fi
   ray job submit --address="${RAY_ADDRESS:-http://127.0.0.1:8265}" \
-    --runtime-env-json="{\"working_dir\": \"${WORKING_DIR:-$PWD}\"}" \
+    --runtime-env-json="$(copo_runtime_env "${ARGS[@]}")" \
     -- python3 -m openrlhf_copo.cli.train_ppo_ray "${ARGS[@]}"
 }

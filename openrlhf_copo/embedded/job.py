@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, CORRECT, ENTROPY, SIGNAL_COPO, SIGNAL_GRPO, W_GLOBAL,
+                                    W_LOCAL, W_LOCAL_MID)
 from openrlhf_copo.files import jsonl_rows
 #: Sizes chosen to finish inside 10 minutes on 2 CPU cores, fresh caches included (see README, "CPU demo").
 PROMPTS_PER_STEP = 6
@@ -208,24 +210,24 @@ def _get(row: dict, *keys, default=float("nan")) -> float:
 
 def mixed_share(row: dict) -> float:
     """Share of the step's groups with both correct and incorrect responses."""
-    return 1 - _get(row, "copo_all_incorrect") - _get(row, "copo_all_correct")
+    return 1 - _get(row, ALL_INCORRECT) - _get(row, ALL_CORRECT)
 
 
 def step_line(row: dict, total: int) -> str:
     """One line per step: what a researcher checks first."""
     return (f"step {row['step']:>3}/{total}  reward {_get(row, 'reward', 'rollout/reward_mean'):.3f}  "
-            f"acc {_get(row, 'copo_correct'):.3f}  H {_get(row, 'copo_entropy'):.2f}  "
-            f"w_local {_get(row, 'copo_w_local'):.2f} (mid {_get(row, 'copo_w_local_mid'):.2f})  "
-            f"mixed {mixed_share(row):.2f}  signal grpo {_get(row, 'copo_signal_grpo'):.2f} "
-            f"copo {_get(row, 'copo_signal_copo'):.2f}  loss {_get(row, 'policy_loss'):.4f}  "
+            f"acc {_get(row, CORRECT):.3f}  H {_get(row, ENTROPY):.2f}  "
+            f"w_local {_get(row, W_LOCAL):.2f} (mid {_get(row, W_LOCAL_MID):.2f})  "
+            f"mixed {mixed_share(row):.2f}  signal grpo {_get(row, SIGNAL_GRPO):.2f} "
+            f"copo {_get(row, SIGNAL_COPO):.2f}  loss {_get(row, 'policy_loss'):.4f}  "
             f"{_get(row, 'timing/step_total'):.0f}s")
 
 
 CURVES = [
-    ("reward / accuracy", [("reward", "reward"), ("copo_correct", "accuracy")]),
-    ("consistency entropy (bits)", [("copo_entropy", "H")]),
-    ("blend weights", [("copo_w_local", "w_local"), ("copo_w_global", "w_global")]),
-    ("responses with a gradient signal", [("copo_signal_grpo", "GRPO"), ("copo_signal_copo", "COPO")]),
+    ("reward / accuracy", [("reward", "reward"), (CORRECT, "accuracy")]),
+    ("consistency entropy (bits)", [(ENTROPY, "H")]),
+    ("blend weights", [(W_LOCAL, "w_local"), (W_GLOBAL, "w_global")]),
+    ("responses with a gradient signal", [(SIGNAL_GRPO, "GRPO"), (SIGNAL_COPO, "COPO")]),
 ]
 
 
@@ -255,8 +257,8 @@ def plot_curves(rows: List[dict], path: Path) -> None:
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
     ax = axes.flat[len(CURVES) + 1]
-    ax.plot(steps, [_get(r, "copo_all_incorrect") for r in train], marker="o", label="all incorrect")
-    ax.plot(steps, [_get(r, "copo_all_correct") for r in train], marker="o", label="all correct")
+    ax.plot(steps, [_get(r, ALL_INCORRECT) for r in train], marker="o", label="all incorrect")
+    ax.plot(steps, [_get(r, ALL_CORRECT) for r in train], marker="o", label="all correct")
     ax.plot(steps, [mixed_share(r) for r in train], marker="o", label="mixed")
     ax.set_title("share of groups")
     ax.set_xlabel("step")
@@ -281,11 +283,11 @@ def summarize(rows: List[dict], seconds: float) -> dict:
         "steps": len(rows),
         "wall_seconds": round(seconds, 1),
         "reward_first": first.get("reward"), "reward_last": last.get("reward"),
-        "accuracy_first": first.get("copo_correct"), "accuracy_last": last.get("copo_correct"),
-        "entropy_mean": mean("copo_entropy"), "w_local_mean": mean("copo_w_local"),
-        "w_local_mid_share_mean": mean("copo_w_local_mid"),
-        "signal_share_grpo_mean": mean("copo_signal_grpo"), "signal_share_copo_mean": mean("copo_signal_copo"),
-        "frac_all_incorrect_mean": mean("copo_all_incorrect"), "frac_all_correct_mean": mean("copo_all_correct"),
+        "accuracy_first": first.get(CORRECT), "accuracy_last": last.get(CORRECT),
+        "entropy_mean": mean(ENTROPY), "w_local_mean": mean(W_LOCAL),
+        "w_local_mid_share_mean": mean(W_LOCAL_MID),
+        "signal_share_grpo_mean": mean(SIGNAL_GRPO), "signal_share_copo_mean": mean(SIGNAL_COPO),
+        "frac_all_incorrect_mean": mean(ALL_INCORRECT), "frac_all_correct_mean": mean(ALL_CORRECT),
         "heldout": heldout_gain(evals),
     }
 

@@ -19,8 +19,11 @@ from typing import List
 
 import torch
 
-from openrlhf_copo.contract import (ANSWER_ID, CORRECT, ROLLOUT_ENGINE_SEED, VERIFY_FAILED, WEIGHTED_GLOBAL_ADV,
-                                    info_tensor)
+from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, ANSWER_ID, CORRECT, ENGINE_LOGPROB_ABSDIFF, ENTROPY,
+                                    GLOBAL_ADV_RAW, GLOBAL_ADV_STD, LOCAL_ADV, NUM_ENGINES, NUM_PROMPTS,
+                                    PROMPT_REWARD_MEAN, ROLLOUT_ENGINE_SEED, ROLLOUT_LOGPROB_ABSDIFF, SIGNAL_COPO,
+                                    SIGNAL_GRPO, VERIFY_FAILED, W_GLOBAL, W_LOCAL, W_LOCAL_MID, WEIGHTED_GLOBAL_ADV,
+                                    ZERO_STD, info_tensor)
 from openrlhf_copo.core import copo_advantages
 from openrlhf_copo.openrlhf_ext.config import CopoConfigError, copo_settings
 
@@ -78,17 +81,17 @@ def check_prompt_groups(experiences, indices: torch.Tensor, n: int) -> None:
 
 def engine_metrics(experiences, train_seed: int) -> dict:
     """How many vLLM engines fed the rollout batch, and the logprob gap of each engine's responses
-    (`copo_rollout_logprob_absdiff_engine<i>`): after a weight sync every engine must show the same small
+    (`contract.ENGINE_LOGPROB_ABSDIFF`): after a weight sync every engine must show the same small
     gap; one engine that missed the sync stands out. Empty if a response lacks the engine tag (patch 7)."""
     if not all(ROLLOUT_ENGINE_SEED in exp.info for exp in experiences):
         return {}
     engine = _info_column(experiences, ROLLOUT_ENGINE_SEED).to(torch.int64) - int(train_seed)
     engines = engine.unique().tolist()
-    out = {"copo_num_engines": float(len(engines))}
-    if all("copo_rollout_logprob_absdiff" in exp.info for exp in experiences):
-        gap = _info_column(experiences, "copo_rollout_logprob_absdiff").float()
+    out = {NUM_ENGINES: float(len(engines))}
+    if all(ROLLOUT_LOGPROB_ABSDIFF in exp.info for exp in experiences):
+        gap = _info_column(experiences, ROLLOUT_LOGPROB_ABSDIFF).float()
         for e in engines:
-            out[f"copo_rollout_logprob_absdiff_engine{e}"] = gap[engine == e].mean().item()
+            out[ENGINE_LOGPROB_ABSDIFF.format(e)] = gap[engine == e].mean().item()
     return out
 
 
@@ -143,29 +146,29 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
 
     # Per-response columns, back in experience order.
     G = n
-    columns = {
-        "w_local_adv": adv.weighted_local,
-        "w_global_adv": adv.weighted_global,
-        "copo_entropy": adv.entropy.unsqueeze(1).expand(-1, G),
-        "copo_w_local": adv.w_local,
-        "copo_w_global": adv.w_global,
+    columns = {  # the metrics (contract.py), plus OpenRLHF's own group_reward_std
+        ENTROPY: adv.entropy.unsqueeze(1).expand(-1, G),
+        W_LOCAL: adv.w_local,
+        W_GLOBAL: adv.w_global,
         # Blending, not switching: responses whose prompt weighs both terms (0.05 < w_local < 0.95).
-        "copo_w_local_mid": ((adv.w_local > 0.05) & (adv.w_local < 0.95)).float(),
-        "copo_local_adv": adv.local_adv,
-        "copo_global_adv_raw": adv.global_adv,
-        "copo_all_correct": correct.all(1, keepdim=True).expand(-1, G).float(),
-        "copo_all_incorrect": (~correct.any(1, keepdim=True)).expand(-1, G).float(),
-        "copo_zero_std": (rewards.amax(1, keepdim=True) == rewards.amin(1, keepdim=True)).expand(-1, G).float(),
+        W_LOCAL_MID: ((adv.w_local > 0.05) & (adv.w_local < 0.95)).float(),
+        LOCAL_ADV: adv.local_adv,
+        GLOBAL_ADV_RAW: adv.global_adv,
+        ALL_CORRECT: correct.all(1, keepdim=True).expand(-1, G).float(),
+        ALL_INCORRECT: (~correct.any(1, keepdim=True)).expand(-1, G).float(),
+        ZERO_STD: (rewards.amax(1, keepdim=True) == rewards.amin(1, keepdim=True)).expand(-1, G).float(),
         # Share of responses with a non-zero gradient weight: GRPO's (A_local) versus COPO's (either term).
-        "copo_signal_grpo": (adv.local_adv != 0).float(),
-        "copo_signal_copo": adv.has_signal.float(),
+        SIGNAL_GRPO: (adv.local_adv != 0).float(),
+        SIGNAL_COPO: adv.has_signal.float(),
         "group_reward_std": rewards.std(1, keepdim=True).expand(-1, G),
     }
     split = {k: v.reshape(-1)[indices].split(exp_len) for k, v in columns.items()}
-    batch_constants = {"copo_global_adv_std": adv.global_adv[:, 0].std(correction=0).item(),
-                       "copo_prompt_reward_mean": adv.prompt_reward.mean().item(),
+    weighted_local, weighted_global = (v.reshape(-1)[indices].split(exp_len)
+                                       for v in (adv.weighted_local, adv.weighted_global))
+    batch_constants = {GLOBAL_ADV_STD: adv.global_adv[:, 0].std(correction=0).item(),
+                       PROMPT_REWARD_MEAN: adv.prompt_reward.mean().item(),
                        # prompts in the global statistics: the whole rollout batch, from every engine
-                       "copo_num_prompts": float(rewards.shape[0])}
+                       NUM_PROMPTS: float(rewards.shape[0])}
 
     for exp in experiences:
         if exp.rollout_log_probs is not None and exp.action_log_probs is not None:
@@ -174,19 +177,18 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
             # weight sync it is bf16 noise; stale weights in vLLM show up here first.
             mask = exp.action_mask.to(torch.float32)
             diff = (exp.rollout_log_probs.float() - exp.action_log_probs.float()).abs() * mask
-            exp.info["copo_rollout_logprob_absdiff"] = diff.sum(1) / mask.sum(1).clamp(min=1)
+            exp.info[ROLLOUT_LOGPROB_ABSDIFF] = diff.sum(1) / mask.sum(1).clamp(min=1)
     batch_constants.update(engine_metrics(experiences, args.train.seed))
 
     for i, exp in enumerate(experiences):
         mask = exp.action_mask.to(torch.float32)
-        local = split["w_local_adv"][i].to(torch.float32)
+        local = weighted_local[i].to(torch.float32)
         exp.advantages = local.unsqueeze(1) * mask
         exp.returns = exp.advantages.clone()
-        exp.info[WEIGHTED_GLOBAL_ADV] = split["w_global_adv"][i].to(torch.float32)
+        exp.info[WEIGHTED_GLOBAL_ADV] = weighted_global[i].to(torch.float32)
         exp.info["return"] = local + exp.info[WEIGHTED_GLOBAL_ADV]
         for k in columns:
-            if k.startswith("copo_") or k == "group_reward_std":
-                exp.info[k] = split[k][i].to(torch.float32)
+            exp.info[k] = split[k][i].to(torch.float32)
         for k, v in batch_constants.items():
             exp.info[k] = torch.full((len(exp.index),), float(v))
         # Ids are labels, not metrics: averaging them into the logs would be noise.

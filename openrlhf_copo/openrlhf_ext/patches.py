@@ -34,7 +34,8 @@ import inspect
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from openrlhf_copo.contract import ANSWER_ID, ROLLOUT_ENGINE_SEED, WEIGHTED_GLOBAL_ADV, info_tensor, sample_outcome
+from openrlhf_copo.contract import (ANSWER_ID, CLIP_RATIO_GLOBAL, LOSS_GLOBAL, LOSS_LOCAL, ROLLOUT_ENGINE_SEED,
+                                    WEIGHTED_GLOBAL_ADV, info_tensor, sample_outcome)
 from openrlhf_copo.openrlhf_ext.config import is_copo
 
 #: OpenRLHF releases whose patched symbols were read and tested.
@@ -130,9 +131,9 @@ def after_training_step(trainer, status: dict) -> dict:
     loss = trainer.actor_loss_fn
     if isinstance(loss, CopoPolicyLoss) and loss.last_terms is not None:
         local, glob, glob_clip = loss.last_terms
-        status["metrics"].update(copo_loss_local=local, copo_loss_global=glob, copo_clip_ratio_global=glob_clip)
+        status["metrics"].update({LOSS_LOCAL: local, LOSS_GLOBAL: glob, CLIP_RATIO_GLOBAL: glob_clip})
         w = loss.term_weight  # the terms are micro-batch means (CopoPolicyLoss.forward): exact step means in the log
-        status["weights"].update(copo_loss_local=w, copo_loss_global=w, copo_clip_ratio_global="token")
+        status["weights"].update({LOSS_LOCAL: w, LOSS_GLOBAL: w, CLIP_RATIO_GLOBAL: "token"})
     return status
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from openrlhf_copo.embedded.models import tiny_qwen2
-from tests_support import descendants, train_argv, write_prompts
+from tests_support import kill_policy_actor_mid_run, train_argv, write_prompts
 
 COPO_METRICS = ["copo_entropy", "copo_w_local", "copo_w_global", "copo_signal_grpo", "copo_signal_copo",
                 "copo_weighted_global_adv", "copo_loss_local", "copo_loss_global", "policy_loss"]
@@ -121,6 +121,12 @@ def test_updated_weights_reached_the_vllm_engine(run):
     step1, step2 = metrics(tmp)[:2]
     assert step1["actor_grad_norm"] > 0  # step 1 did change the weights
     assert step2["copo_rollout_logprob_absdiff"] < 1e-3, step2["copo_rollout_logprob_absdiff"]
+    # vLLM's reload warns "Failed to load weights" for the rotary cache and the tied head on every sync; those are
+    # explained once and not shown (the tiny model ties its embeddings), and the sync is right (the gap above)
+    log = first.stdout + first.stderr
+    assert "Failed to load weights" not in log
+    assert "its 'Failed to load weights' warnings for rotary embeddings (a computed cache, never synced) and the " \
+           "tied LM head (re-packed from the synced embedding) are expected and not shown" in log
 
 
 def test_checkpoint_resumes_from_the_saved_step_with_the_same_settings(run):
@@ -137,33 +143,15 @@ def test_checkpoint_resumes_from_the_saved_step_with_the_same_settings(run):
 def test_killed_worker_stops_the_run_in_one_line_and_the_checkpoint_resumes(tmp_path):
     """Kill the DeepSpeed actor's process mid-run: no hang, a one-line reason, the saved checkpoint resumes."""
     import os
-    import signal
-    import time
 
     model = tiny_qwen2(tmp_path / "tiny-model")
     data = write_prompts(tmp_path / "prompts.jsonl", 6)
     argv_extra = ("--train.num_episodes", "3")  # room for many steps: the kill comes first
-    cmd = [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray"]
-    proc = subprocess.Popen(cmd + train_argv(tmp_path, model, data, 6, *argv_extra), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    deadline = time.time() + 600
-    while time.time() < deadline and not (tmp_path / "metrics.jsonl").exists():
-        time.sleep(1)
-    assert (tmp_path / "metrics.jsonl").exists(), "no step completed"
-    ours = descendants(proc.pid)  # this run's Ray cluster only: another job's actors on this machine are not ours
-    victims = [pid for pid in subprocess.run(["pgrep", "-f", "ray::PolicyModelActor"], capture_output=True,
-                                             text=True).stdout.split() if int(pid) in ours]
-    assert victims, "found no PolicyModelActor process of this run to kill"
-    for pid in victims:
-        os.kill(int(pid), signal.SIGKILL)
-    try:
-        _, err = proc.communicate(timeout=300)  # no hang
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError("the run hung after its DeepSpeed worker was killed")
-    assert proc.returncode != 0
-    reason = [line for line in err.splitlines()
-              if line.startswith("python -m openrlhf_copo.cli.train_ppo_ray: error: training stopped:")]
+    cmd = [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *train_argv(tmp_path, model, data, 6, *argv_extra)]
+    reason, victims, returncode, err = kill_policy_actor_mid_run(
+        cmd, tmp_path / "metrics.jsonl", {**os.environ, "HF_HUB_OFFLINE": "1"},
+        "python -m openrlhf_copo.cli.train_ppo_ray: error: training stopped:")
+    assert returncode != 0
     assert len(reason) == 1, err[-3000:]
     assert re.search(r"PolicyModelActor \(pid (\d+)\) died", reason[0]).group(1) in victims, reason[0]
     assert f"checkpoints under {tmp_path / 'ckpt'} are as last saved" in reason[0]

@@ -4,7 +4,9 @@ actor on 2 DeepSpeed ranks (ZeRO-2, gloo) one per node, 2 vLLM engines, a separa
     head node (3 GPU slots):   vLLM engine 0, vLLM engine 1, DeepSpeed rank 0, the job's driver
     second node (2 GPU slots): DeepSpeed rank 1, reference model
 
-A tiny random Qwen2 with SmolLM2's tokenizer, fp32 (vLLM too), 2 prompts x 4 samples per step."""
+A tiny random Qwen2 with SmolLM2's tokenizer, fp32 (vLLM too), 2 prompts x 4 samples per step. Submitted as the example
+scripts submit (`copo_runtime_env`): a working dir (a user's project) that holds the run's checkpoints, and
+`--copo.device auto`, which asks the cluster whether its GPU slots have CUDA (the driver's own CUDA decides nothing)."""
 
 import json
 import os
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from openrlhf_copo.embedded.models import tiny_qwen2
-from tests_support import REPO, free_port, train_argv, write_prompts
+from tests_support import REPO, free_port, submit_runtime_env, train_argv, write_prompts
 
 RAY = str(Path(sys.executable).parent / "ray")
 PROG_ERROR = "python -m openrlhf_copo.cli.train_ppo_ray: error: training stopped:"
@@ -39,12 +41,14 @@ class Cluster:
         return subprocess.run(["bash", str(REPO / "scripts" / "ray_cluster.sh"), action], env=self.env,
                               capture_output=True, text=True, timeout=180)
 
-    def submit(self, argv, wait: bool = True):
-        """`ray job submit -- python -m openrlhf_copo.cli.train_ppo_ray ...`; returns (submission id, process)."""
+    def submit(self, argv, wait: bool = True, working_dir: Path = None):
+        """`ray job submit -- python -m openrlhf_copo.cli.train_ppo_ray ...`, with the example scripts' runtime env
+        for ``working_dir``; returns (submission id, process)."""
         self.jobs += 1
         job_id = f"copo-two-nodes-{self.jobs}"
+        env = {**(submit_runtime_env(working_dir, *argv) if working_dir else {}), "env_vars": JOB_ENV}
         cmd = [RAY, "job", "submit", "--address", self.address, "--submission-id", job_id,
-               "--runtime-env-json", json.dumps({"env_vars": JOB_ENV}),
+               "--runtime-env-json", json.dumps(env),
                "--", sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv]
         log = open(self.root / f"{job_id}.submit.log", "w")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=self.env)
@@ -86,8 +90,16 @@ TWO_NODES = ("--train.micro_batch_size", "2", "--algo.kl.init_coef", "0.01", "--
              "--vllm.num_engines", "2", "--ds.param_dtype", "fp32")
 
 
+def project(tmp: Path) -> Path:
+    """The job's working dir: a user's project, whose own SAVE_DIR (my-checkpoints/, not in any .gitignore) holds
+    the checkpoints and the final model."""
+    return tmp / "project"
+
+
 def job_argv(tmp: Path, model: str, data: Path, max_samples: int, *extra: str):
-    return train_argv(tmp, model, data, max_samples, *TWO_NODES, *extra)
+    save = project(tmp) / "my-checkpoints"
+    return train_argv(tmp, model, data, max_samples, *TWO_NODES, "--ckpt.path", str(save / "ckpt"),
+                      "--ckpt.output_dir", str(save / "final"), *extra)
 
 
 def steps(tmp: Path):
@@ -110,7 +122,9 @@ def first_job(cluster):
     tmp = cluster.root
     model = tiny_qwen2(tmp / "tiny-model")
     data = write_prompts(tmp / "prompts.jsonl", 8)
-    job_id, proc = cluster.submit(job_argv(tmp, model, data, 4))
+    project(tmp).mkdir()
+    (project(tmp) / "train_notes.md").write_text("the user's own files travel with the job\n")
+    job_id, proc = cluster.submit(job_argv(tmp, model, data, 4), working_dir=project(tmp))
     return tmp, model, data, job_id, proc
 
 
@@ -119,6 +133,23 @@ def test_submitted_job_trains_two_steps_on_two_nodes(cluster, first_job):
     assert cluster.status(job_id) == "SUCCEEDED", cluster.logs(job_id)[-4000:]
     assert proc.returncode == 0
     assert [r["step"] for r in steps(tmp)] == [1, 2]
+
+
+def test_auto_asks_the_cluster_and_takes_the_cpu_path_its_workers_need(cluster, first_job):
+    """`--copo.device auto` under `ray job submit`: the decision comes from a task on one of the cluster's GPU slots
+    (logical here: no CUDA behind them), said in one line."""
+    _, _, _, job_id, _ = first_job
+    line = ("openrlhf_copo: the actors run on the CPU path (no CUDA touched): --copo.device auto: a task on a GPU "
+            "slot of the cluster at ")
+    decisions = [x for x in cluster.logs(job_id).splitlines() if x.startswith(line)]
+    assert len(decisions) == 1 and "sees no CUDA, so its GPU slots are logical" in decisions[0], decisions
+
+
+def test_the_probe_reports_what_a_gpu_slot_of_the_cluster_sees(cluster):
+    from openrlhf_copo.openrlhf_ext.device import probe_cluster
+
+    answer = probe_cluster(f"127.0.0.1:{cluster.env['COPO_RAY_PORT']}", timeout_s=120)
+    assert answer.cuda is False and answer.devices == 0 and answer.node
 
 
 def test_actor_ranks_sit_on_both_nodes_and_the_engines_and_reference_apart(cluster, first_job):
@@ -173,17 +204,31 @@ def test_both_engines_get_the_synced_weights(cluster, first_job):
 
 
 def test_two_rank_checkpoint_resumes_and_a_killed_worker_on_node_2_ends_the_job_in_one_line(cluster, first_job):
-    """Resubmitted, the job goes on from the 2-rank checkpoint at step 3; then the DeepSpeed rank on the second
-    node is killed: the job fails, without a hang, with one line of reason."""
+    """Resubmitted from the same working dir, the job goes on from the 2-rank checkpoint at step 3, and the
+    checkpoints inside that dir (here with 600 MiB of optimizer states beside them, over Ray's 512 MiB package
+    limit) are not uploaded again; then the DeepSpeed rank on the second node is killed: the job fails, without a
+    hang, with one line of reason."""
     import signal
 
     tmp, model, data, first_id, _ = first_job
     assert cluster.status(first_id) == "SUCCEEDED"
-    job_id, proc = cluster.submit(job_argv(tmp, model, data, 8, "--train.num_episodes", "3"), wait=False)
+    save = project(tmp) / "my-checkpoints"
+    assert (save / "ckpt").is_dir()
+    big = save / "optimizer_states_of_a_3b_model.pt"
+    with open(big, "wb") as f:  # incompressible, as optimizer states are: packed, the submission would be refused
+        for _ in range(600):
+            f.write(os.urandom(1 << 20))
+    job_id, proc = cluster.submit(job_argv(tmp, model, data, 8, "--train.num_episodes", "3"), wait=False,
+                                  working_dir=project(tmp))
     deadline = time.time() + 900
     while time.time() < deadline and len(steps(tmp)) < 3 and proc.poll() is None:
         time.sleep(2)
     assert [r["step"] for r in steps(tmp)][:3] == [1, 2, 3], cluster.logs(job_id)[-4000:]
+    big.unlink()
+    # what the nodes unpacked of both submissions: the user's file, none of the checkpoints
+    unpacked = list((cluster.dir / "session_latest" / "runtime_resources" / "working_dir_files").glob("_ray_pkg_*"))
+    assert unpacked and all((d / "train_notes.md").exists() for d in unpacked), unpacked
+    assert not [p for d in unpacked for p in d.rglob("*") if "my-checkpoints" in p.parts]
 
     head = next(a.node_id for a in cluster.actors(job_id) if a.class_name == "RolloutRayActor")
     (victim,) = [a for a in cluster.actors(job_id) if a.class_name == "PolicyModelActor" and a.node_id != head]
@@ -197,4 +242,4 @@ def test_two_rank_checkpoint_resumes_and_a_killed_worker_on_node_2_ends_the_job_
     reasons = [line for line in cluster.logs(job_id).splitlines() if line.startswith(PROG_ERROR)]
     assert len(reasons) == 1, cluster.logs(job_id)[-4000:]
     assert f"PolicyModelActor (pid {victim.pid}) died" in reasons[0]  # which worker, not just "an actor died"
-    assert f"checkpoints under {tmp / 'ckpt'} are as last saved" in reasons[0]
+    assert f"checkpoints under {save / 'ckpt'} are as last saved" in reasons[0]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from openrlhf_copo.openrlhf_ext.config import copo_settings
+from tests_support import submit_runtime_env
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "examples" / "scripts"
 ALL = sorted(p.name for p in SCRIPTS.glob("*.sh") if not p.name.startswith("_"))
@@ -131,3 +132,75 @@ def test_multi_node_run_has_one_engine_per_actor_gpu(load_args, nodes):
     args = load_args(script_args("train_copo_ray.sh", NNODES=nodes))
     assert args.actor.num_nodes == int(nodes) and args.train.colocate_all
     assert args.vllm.num_engines * args.vllm.tensor_parallel_size == args.actor.num_nodes * args.actor.num_gpus_per_node
+
+
+def packed_files(env: dict) -> set:
+    """The files Ray packs from the runtime env's working dir (its own packaging code: .gitignore and excludes)."""
+    import zipfile
+
+    from ray._private.runtime_env.packaging import create_package
+
+    target = Path(env["working_dir"]).parent / f"packed-{os.getpid()}.zip"
+    try:
+        create_package(env["working_dir"], target, include_gitignore=True, excludes=env.get("excludes", []))
+        return {n for n in zipfile.ZipFile(target).namelist() if not n.endswith("/")}
+    finally:
+        target.unlink(missing_ok=True)
+
+
+def test_a_save_dir_and_data_of_the_users_own_inside_the_working_dir_are_not_packed(tmp_path):
+    """A resubmitted run must not carry its checkpoints (nor the data it reads by absolute path) in the package Ray
+    uploads: with a 3B model's optimizer states that package is over Ray's limit and the resume cannot be
+    submitted. Paths outside the working dir, and flags that are not paths of the run, are left alone."""
+    project = tmp_path / "project"
+    (project / "my-runs" / "ckpt").mkdir(parents=True)
+    (project / "my-runs" / "ckpt" / "optimizer_states.pt").write_bytes(b"\0" * 1024)
+    (project / "inputs").mkdir()
+    (project / "inputs" / "prompts.jsonl").write_text("{}\n")
+    (project / "train.py").write_text("# the user's code travels\n")
+    env = submit_runtime_env(project, "--ckpt.path", str(project / "my-runs" / "ckpt"), "--ckpt.output_dir",
+                      str(project / "my-runs"), "--data.prompt_dataset", str(project / "inputs" / "prompts.jsonl"),
+                      "--eval.dataset", str(tmp_path / "outside.jsonl"), "--actor.model_name_or_path",
+                      str(project / "inputs"))
+    assert env == {"working_dir": str(project.resolve()),
+                   "excludes": ["/my-runs/ckpt", "/my-runs", "/inputs/prompts.jsonl"]}
+    assert packed_files(env) == {"train.py"}
+
+
+def test_the_repositorys_default_checkpoint_and_data_folders_are_not_packed():
+    """The scripts' defaults, checkpoints/ and data/ at the repository root, are ignored by .gitignore (which Ray
+    honours) even when submitted without our excludes; tests/fixtures/data (tracked) is still packed."""
+    repo = SCRIPTS.parents[1]
+    made = [repo / "checkpoints" / f"probe-{os.getpid()}" / "model.safetensors", repo / "data" / f"probe-{os.getpid()}.jsonl"]
+    existed = {p.parent: p.parent.exists() for p in made}
+    try:
+        for p in made:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text("x")
+        files = packed_files({"working_dir": str(repo)})
+        assert not any(f.startswith(("checkpoints/", "data/", ".venv/")) for f in files), sorted(files)[:20]
+        assert "openrlhf_copo/core.py" in files and any(f.startswith("tests/fixtures/data/") for f in files)
+    finally:
+        import shutil
+
+        for p in made:
+            p.unlink(missing_ok=True)
+        shutil.rmtree(repo / "checkpoints" / f"probe-{os.getpid()}", ignore_errors=True)
+        for d, was in existed.items():
+            if not was and d.exists() and not any(d.iterdir()):
+                d.rmdir()
+
+
+def test_the_two_node_demo_command_parses_and_is_complete(load_args):
+    """scripts/two_nodes_demo.sh is the README's paste-able two-node command: every flag the CPU path needs is
+    there (a hidden `...` once left out --ds.attn_implementation sdpa), and the checkpoints go under runs/."""
+    from openrlhf_copo.openrlhf_ext import cpu
+
+    repo = SCRIPTS.parents[1]
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+    out = subprocess.run(["bash", str(repo / "scripts" / "two_nodes_demo.sh")], capture_output=True, text=True,
+                         timeout=120, check=True, env={**os.environ, "PATH": path, "COPO_PRINT_ARGS": "1"})
+    args = load_args(out.stdout.splitlines())
+    assert cpu.cpu_problems(args) == []
+    assert (args.actor.num_nodes, args.vllm.num_engines, args.ref.num_nodes, args.algo.kl.init_coef) == (2, 2, 1, 0.01)
+    assert args.ckpt.path.startswith(str(repo / "runs" / "two-nodes-demo-"))

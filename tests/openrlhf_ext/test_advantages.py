@@ -195,6 +195,14 @@ def test_engines_feeding_the_batch_and_each_engines_logprob_gap(load_args):
     assert info["copo_num_prompts"].tolist() == [3.0]
     assert info["copo_rollout_logprob_absdiff_engine0"].item() == pytest.approx(0.001, abs=1e-6)
     assert info["copo_rollout_logprob_absdiff_engine1"].item() == pytest.approx(0.5, abs=1e-6)
+    # every metric the step writes is declared in the contract (the README names each: tests/test_contract.py)
+    from openrlhf_copo.contract import ENGINE_LOGPROB_ABSDIFF, METRICS
+
+    written = {k for k in info if k.startswith("copo_")}
+    declared = set(METRICS) | {ENGINE_LOGPROB_ABSDIFF.format(e) for e in (0, 1)}
+    assert written <= declared, written - declared
+    # 12 per response, 4 per batch, 2 engines, the weighted global term, and the reward's copo_correct
+    assert len(written) == 20, sorted(written)
 
 
 def test_a_group_mixing_two_prompts_is_refused(load_args):

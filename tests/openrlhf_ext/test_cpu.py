@@ -118,3 +118,17 @@ def test_fp32_on_the_cpu_path_loads_float32_and_overrides_vllms_bfloat16(cpu_pat
     except Exception:
         pass  # no model at "unused": the dtype was set before vLLM looked for it
     assert engine_args.dtype == "float32"
+
+
+@pytest.mark.parametrize("layer, tied, shown", [
+    ("RotaryEmbedding", False, False), ("Llama3RotaryEmbedding", True, False),  # a computed cache, never synced
+    ("ParallelLMHead", True, False),  # tied: re-packed from the synced embedding
+    ("ParallelLMHead", False, True),  # untied: it is synced, so a miss is real
+    ("QKVParallelLinear", True, True), ("VocabParallelEmbedding", True, True),
+])
+def test_only_the_expected_reload_warnings_are_filtered(layer, tied, shown):
+    import logging
+
+    record = logging.makeLogRecord({"name": cpu.VLLM_RELOAD_LOGGER, "levelno": logging.WARNING,
+                                    "msg": "%s: Failed to load weights", "args": (layer,)})
+    assert cpu._ExpectedReloadWarnings(tied_lm_head=tied).filter(record) is shown
