@@ -16,7 +16,7 @@ copo_abspath() {
 }
 
 # The job's runtime env: the working dir, minus what the run writes into it or reads by absolute path. Ray packs
-# the working dir into every submission (refusing a package over its gRPC limit, 512 MiB), so checkpoints under it
+# the working dir into every submission (the job server refuses an upload over 100 MiB), so checkpoints under it
 # would travel again with the resubmission meant to resume from them, or stop it. Listed in .gitignore too
 # (checkpoints/, data/, runs/, which Ray honours); this also covers a SAVE_DIR or DATA of the user's own inside it.
 # Each value of the flags below that lies inside the working dir becomes an anchored exclude.

@@ -56,11 +56,19 @@ def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
     cpu.extend_parser(parser)
 
 
+#: The args objects the steps already ran on: the CLI running a fork's main runs them from its `hierarchize` hook,
+#: and the fork's own `after_parse` call then finds them done.
+_STEPS_RAN_ON: list = []
+
+
 def after_parse(args, *, check_inputs: bool = True, warn=None) -> None:
-    """Steps 1-6, right after OpenRLHF hierarchized the flags. Raises `DriverError`.
+    """Steps 1-6, right after OpenRLHF hierarchized the flags, once per args. Raises `DriverError`.
 
     ``check_inputs`` off skips the resume guard, the preflight and the device decision (`load_args`: nothing is
     read, written or asked of a cluster; args.copo.device stays as given)."""
+    if any(done is args for done in _STEPS_RAN_ON):
+        return
+    _STEPS_RAN_ON.append(args)
     problems = copo_problems(args)
     if problems:
         raise DriverError(problems[0])
@@ -162,8 +170,9 @@ def _add_stop_tokens(runtime_env: dict, args) -> None:
                        "cuts responses at the common chat templates' end-of-turn tokens only")
 
 
-class StopBeforeTraining(Exception):
-    """Raised where OpenRLHF's `train(args)` begins, when the caller only wants the args."""
+class StopBeforeTraining(BaseException):
+    """Raised where OpenRLHF's `train(args)` begins, when the caller only wants the args. A BaseException: it
+    passes the `except Exception` of `run_training` (a fork's main, run by `load_args`), as it is no failure."""
 
 
 @contextlib.contextmanager
