@@ -12,7 +12,7 @@
 #    model on the second node, 2 prompts x 4 samples per step, 2 steps, fp32 (the CPU path's), checkpoints each
 #    step. `--copo.device auto` asks the cluster and takes the CPU path (its GPU slots are logical).
 #
-# Overrides (environment): MODEL, DATA, SAVE_DIR, STEPS (2), COPO_RAY_* (scripts/ray_cluster.sh); extra flags
+# Overrides (environment): MODEL, DATA, SAVE_DIR, STEPS (2), REWARD_FILE, COPO_RAY_* (scripts/ray_cluster.sh); extra flags
 # follow on the command line. COPO_PRINT_ARGS=1 prints the job's arguments and exits (the test suite parses them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +30,9 @@ print(make_arithmetic_prompts(cache_dir() / "data" / "two-nodes-demo", n_train=8
     trap 'bash scripts/ray_cluster.sh stop' EXIT
   fi
 fi
+# 0/1 on the response's final number, as the CPU demo scores this 135M model (the paper's boxed-answer reward,
+# rewards/math_reward.py, finds no final-answer statement in its short replies: REWARD_FILE=... to use it).
+REWARD_FILE=${REWARD_FILE:-$(python3 -c 'import os, openrlhf_copo.rewards as r; print(os.path.join(os.path.dirname(r.__file__), "math_last_number_reward.py"))')}
 source examples/scripts/_submit.sh
 STEPS=${STEPS:-2}
 SAVE_DIR=$(copo_abspath "${SAVE_DIR:-runs/two-nodes-demo-$(date +%Y%m%d-%H%M%S)}")
