@@ -5,7 +5,8 @@ Every place this project touches OpenRLHF is in this folder:
 - `advantages.py`: COPO in place of group normalization in the experience maker;
 - `loss.py`: the two-term COPO loss over OpenRLHF's PolicyLoss;
 - `patches.py`: installs the above into openrlhf's classes;
-- `driver.py`: the driver's steps, in order (flags, refusals, resume guard, preflight, Ray start);
+- `driver.py`: the driver's steps, in order (flags, refusals, resume guard, preflight, device, Ray start, the end);
+- `device.py`, `failure.py`: where the actors run (`--copo.device`), and the one line a failed run ends on;
 - `worker_hook.py`: Ray's worker hook, which gets them into every Ray worker without touching CUDA;
 - `cpu.py`, `preflight.py`: the CPU device path, and the driver's checks of the inputs.
 """
