@@ -97,3 +97,28 @@ def test_the_cpu_decision_exports_the_cpu_path_to_the_workers(load_args, monkeyp
     assert driver.apply_device(args).device == "cpu"
     kwargs = driver.ray_init_kwargs(args, {})
     assert kwargs["runtime_env"]["env_vars"][CPU_ENV] == "1" and "address" not in kwargs
+
+
+def test_a_cluster_without_any_gpu_slot_is_refused_in_one_line(tmp_path):
+    """A real cluster started with no GPU resource (`scripts/ray_cluster.sh`, 0 slots per node): OpenRLHF's placement
+    would wait forever for GPU bundles, so the probe, in its own child driver, refuses it and names the fix."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests_support import REPO, free_port
+
+    port = free_port()
+    env = {**os.environ, "RAY": str(Path(sys.executable).parent / "ray"), "COPO_RAY_DIR": f"/tmp/copo-ray-nogpu-{os.getpid()}",
+           "COPO_RAY_PORT": str(port), "COPO_RAY_DASHBOARD_PORT": str(free_port()), "COPO_RAY_HEAD_GPUS": "0",
+           "COPO_RAY_WORKER_GPUS": "0", "COPO_RAY_CPUS": "2"}
+    script = [str(REPO / "scripts" / "ray_cluster.sh")]
+    started = subprocess.run(["bash", *script, "start"], env=env, capture_output=True, text=True, timeout=300)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        with pytest.raises(device.DeviceError, match=rf"^the Ray cluster at 127.0.0.1:{port} has no GPU resource, "
+                                                     r"and OpenRLHF places every rank .* `ray start --num-gpus N`"):
+            device.probe_cluster(f"127.0.0.1:{port}", timeout_s=60)
+    finally:
+        subprocess.run(["bash", *script, "stop"], env=env, capture_output=True, text=True, timeout=180)
