@@ -29,9 +29,11 @@ import json, os, sys
 working_dir, flags, argv = os.path.realpath(sys.argv[1]), sys.argv[2].split(), sys.argv[3:]
 excludes = []
 for flag, value in zip(argv, argv[1:]):
-    path = os.path.realpath(value) if flag in flags else None
-    if path and path.startswith(working_dir + os.sep) and "/" + os.path.relpath(path, working_dir) not in excludes:
-        excludes.append("/" + os.path.relpath(path, working_dir))
+    path = os.path.realpath(value) if flag in flags else ""
+    if path.startswith(working_dir + os.sep):
+        anchored = "/" + os.path.relpath(path, working_dir)
+        if anchored not in excludes:
+            excludes.append(anchored)
 print(json.dumps({"working_dir": working_dir, "excludes": excludes}))
 PYEOF
 }
