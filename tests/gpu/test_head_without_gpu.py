@@ -8,13 +8,17 @@ matmul in a GPU actor. (The full OpenRLHF training on CUDA is the training-step 
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from tests_support import REPO, free_port
 
+# The interpreter's own `ray` (a venv), else the one on PATH (wheels installed with `pip --target`).
 RAY = str(Path(sys.executable).parent / "ray")
+if not os.path.exists(RAY):
+    RAY = shutil.which("ray") or RAY
 
 DRIVER = r"""
 import json, os, sys
@@ -52,7 +56,8 @@ def test_a_head_without_a_gpu_drives_actors_on_cuda(cuda, tmp_path):
                        check=True, timeout=300)
         out = subprocess.run([RAY, "job", "submit", "--address", f"http://127.0.0.1:{dashboard}",
                               "--runtime-env-json", json.dumps({"working_dir": str(tmp_path),
-                                                                "env_vars": {"PYTHONPATH": str(REPO)}}),
+                                                                "env_vars": {"PYTHONPATH": os.pathsep.join(
+                                                                    filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}}),
                               "--", sys.executable, "driver.py"],
                              env=head_env, capture_output=True, text=True, timeout=600)
     finally:
