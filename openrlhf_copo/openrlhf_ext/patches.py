@@ -1,7 +1,7 @@
 """Every place openrlhf_copo touches OpenRLHF, applied by `apply()`.
 
-Three patches that make COPO (each a no-op unless the run's estimator is one of COPO's), and four for
-logging and evaluation:
+Three patches that make COPO (each a no-op unless the run's estimator is one of COPO's), and six for
+logging, evaluation and rollout speed:
 
 1. `RemoteExperienceMaker.compute_advantages_and_returns` -> `advantages.copo_compute_advantages_and_returns`
    (COPO's advantages over the whole rollout batch, on the controller);
@@ -18,6 +18,11 @@ logging and evaluation:
 7. the rollout executors' `execute` (`openrlhf.utils.agent`, in the vLLM engine actors): each
    response carries the seed of the engine that sampled it, so that the advantage step can report
    how many engines fed the batch and the weight-sync logprob gap of each engine.
+8. `SamplesGenerator.generate_eval_samples`: the held-out prompts go to vLLM in one call (OpenRLHF
+   sends them `--rollout.batch_size` at a time), first greedily with `--copo.eval_greedy`, then
+   sampled, on the first `--copo.eval_sampled_prompts` prompts if set.
+9. `SamplesGenerator._dispatch_prompts_to_vllm`: the tokenizer that OpenRLHF sends along with every
+   prompt travels as its path (`TokenizerByPath`), loaded once per vLLM engine process.
 
 A monkeypatch made in the driver never reaches Ray actor processes, where these classes run.
 `worker_hook.ray_worker_setup` is therefore registered as Ray's `worker_process_setup_hook` (see
@@ -30,12 +35,14 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import inspect
+import time
+from typing import Optional
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from openrlhf_copo.contract import (ANSWER_ID, CLIP_RATIO_GLOBAL, LOSS_GLOBAL, LOSS_LOCAL, ROLLOUT_ENGINE_SEED,
-                                    WEIGHTED_GLOBAL_ADV, info_tensor, sample_outcome)
+                                    WEIGHTED_GLOBAL_ADV, info_tensor, sample_correct, sample_outcome)
 from openrlhf_copo.openrlhf_ext.config import is_copo
 
 #: OpenRLHF releases whose patched symbols were read and tested.
@@ -212,10 +219,12 @@ def patch_agent(module) -> None:
 
 
 def patch_ppo_trainer(module) -> None:
-    """Patches 4-6 into a loaded `openrlhf.trainer.ppo_trainer` (Ray workers only: see `apply_metrics_file`)."""
+    """Patches 4-6, 8 and 9 into a loaded `openrlhf.trainer.ppo_trainer` (Ray workers only: see `apply_metrics_file`)."""
     apply_metrics_file()
     apply_eval_majority()
     apply_eval_before_train()
+    apply_eval_generation()
+    apply_tokenizer_by_path()
 
 
 def apply() -> bool:
@@ -234,6 +243,9 @@ def apply() -> bool:
 #: The step the trainer last logged (patch 4) or is about to start from (patch 6): OpenRLHF's `evaluate`
 #: runs right after `save_logs_and_checkpoints(global_step, ...)` and hands `compute_eval_metrics` no step.
 _last_step = {"step": 0, "metrics_file": None}
+#: The greedy samples of the evaluation under way (patch 8 -> patch 5): `evaluate` hands `compute_eval_metrics`
+#: only the sampled ones.
+_greedy_eval: dict = {}
 
 
 def apply_eval_majority() -> None:
@@ -252,8 +264,16 @@ def apply_eval_majority() -> None:
         logs = original(eval_dataloader, samples_list, n_samples_per_prompt)
         if samples_list and all(ANSWER_ID in s.info for s in samples_list):
             logs.update(eval_majority_logs(eval_dataloader, samples_list, n_samples_per_prompt))
+        outcomes = {}
+        if "seconds" in _greedy_eval:
+            logs["eval_generate_seconds"] = _greedy_eval.pop("seconds")
+        greedy = _greedy_eval.pop("samples", None)
+        if greedy:
+            greedy_logs, outcomes = eval_greedy_logs(eval_dataloader, greedy)
+            logs.update(greedy_logs)
         if _last_step["metrics_file"] and logs:
-            append_metrics(_last_step["metrics_file"], _last_step["step"], {"eval": 1, **logs})
+            # the outcome strings go to the metrics file only: wandb and tensorboard take numbers
+            append_metrics(_last_step["metrics_file"], _last_step["step"], {"eval": 1, **logs}, text=outcomes)
         return logs
 
     compute_eval_metrics.__openrlhf_copo_patched__ = True
@@ -279,6 +299,142 @@ def eval_majority_logs(eval_dataloader, samples_list, k: int) -> dict:
         logs[f"eval_{source}_mean{k}_se"] = mean_at_k_se(prompts)
         logs[f"eval_{source}_maj{k}"] = maj_at_k(prompts)
     return logs
+
+
+def eval_greedy_logs(eval_dataloader, samples_list) -> tuple:
+    """Greedy accuracy per data source from one greedy sample per prompt: (`eval_<source>_greedy` and
+    `..._greedy_se`, i.e. mean@1 and its standard error; {`eval_<source>_greedy_outcomes`: the per-prompt 0/1
+    string in the held-out file's order}), so that two evaluations of the same prompts pair up prompt by prompt."""
+    from openrlhf_copo.evaluation.metrics import mean_at_k, mean_at_k_se, outcome_string
+
+    order, source_of = {}, {}
+    for sources, prompts, _labels, _images in eval_dataloader:
+        for prompt, source in zip(prompts, sources):
+            order.setdefault(prompt, len(order))
+            source_of[prompt] = source
+    per_source: dict = {}
+    for s in sorted(samples_list, key=lambda s: order.get(s.prompts[0], len(order))):
+        correct = sample_correct(s.info, reward=s.rewards)
+        per_source.setdefault(source_of.get(s.prompts[0], "unknown"), []).append(correct)
+    logs, outcomes = {}, {}
+    for source, correct in per_source.items():
+        logs[f"eval_{source}_greedy"] = mean_at_k([[(None, c)] for c in correct])
+        logs[f"eval_{source}_greedy_se"] = mean_at_k_se([[(None, c)] for c in correct])
+        outcomes[f"eval_{source}_greedy_outcomes"] = outcome_string(correct)
+    return logs, outcomes
+
+
+def apply_eval_generation() -> None:
+    """Patch 8, in Ray workers only: `SamplesGenerator.generate_eval_samples` hands vLLM the held-out prompts
+    in one call. OpenRLHF 0.11.2 sends them `--rollout.batch_size` at a time (64 prompts x 2 samples took 80 s
+    in 11 calls on 2 CPU cores, and each call waits for its slowest response); vLLM batches a single call
+    itself. With `--copo.eval_greedy`, a greedy call (temperature 0, one sample per prompt) comes first and
+    its samples are kept for `compute_eval_metrics` (patch 5); the sampled call then takes the first
+    `--copo.eval_sampled_prompts` prompts (0: all) with `evaluate`'s settings (`--eval.temperature`, ...)."""
+    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+
+    original = SamplesGenerator.generate_eval_samples
+    if getattr(original, _PATCHED_ATTR, False):
+        return
+
+    @functools.wraps(original)
+    def generate_eval_samples(self, **generate_kwargs):
+        from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
+
+        copo = getattr(self.args, "copo", None)
+        total = len(self.eval_dataloader.dataset)
+        sampled = min(getattr(copo, "eval_sampled_prompts", 0) or total, total)
+        with_greedy = getattr(copo, "eval_greedy", False)
+        start = time.time()
+        if self.args.vllm.enable_sleep:
+            batch_vllm_engine_call(self.vllm_engines, "wake_up")
+        try:
+            if with_greedy:
+                greedy = dict(generate_kwargs, temperature=0.0, n_samples_per_prompt=1)
+                _greedy_eval["samples"] = self._generate_vllm(iter(self.eval_dataloader), total, False, **greedy)[0]
+            samples = self._generate_vllm(iter(self.eval_dataloader), sampled, False, **generate_kwargs)[0]
+        finally:
+            if self.args.vllm.enable_sleep:
+                batch_vllm_engine_call(self.vllm_engines, "sleep")
+        _greedy_eval["seconds"] = time.time() - start
+        print(f"openrlhf_copo: held-out evaluation: {f'{total} prompts greedy, then ' if with_greedy else ''}"
+              f"{sampled} prompts x {generate_kwargs.get('n_samples_per_prompt')} samples at temperature "
+              f"{generate_kwargs.get('temperature')}, one vLLM call each ({_greedy_eval['seconds']:.0f} s)", flush=True)
+        return samples
+
+    setattr(generate_eval_samples, _PATCHED_ATTR, True)
+    SamplesGenerator.generate_eval_samples = generate_eval_samples
+
+
+class TokenizerByPath:
+    """Stands in for a Hugging Face tokenizer in a Ray call's arguments: it pickles as the tokenizer's path and
+    settings, and unpickles as the tokenizer loaded from that path, once per process (`_tokenizer_at`).
+
+    Why: OpenRLHF 0.11.2 passes `hf_tokenizer=self.tokenizer` in every prompt's `generate_responses` call. The
+    engine actor unpickles it each time, on the one thread that deserializes its calls: SmolLM2's 1.5 MB
+    tokenizer takes 0.1 s on an idle core, and py-spy found the engine actor spending 86% of its time there
+    during a 480-prompt evaluation on 2 cores. The executor only encodes the prompt and decodes the response,
+    which the tokenizer loaded from the same path does identically; the vLLM engine loads its model from a path
+    on the same node anyway."""
+
+    def __init__(self, tokenizer):
+        self.path = tokenizer.name_or_path
+        self.settings = {"use_fast": bool(getattr(tokenizer, "is_fast", True)),
+                         "padding_side": tokenizer.padding_side, "pad_token": tokenizer.pad_token,
+                         "size": len(tokenizer)}
+
+    @classmethod
+    def of(cls, tokenizer):
+        """The stand-in, or the tokenizer itself when it was not loaded from a local folder (nothing to load)."""
+        import os
+
+        return cls(tokenizer) if os.path.isdir(str(getattr(tokenizer, "name_or_path", ""))) else tokenizer
+
+    def __reduce__(self):
+        return _tokenizer_at, (self.path, tuple(sorted(self.settings.items())))
+
+
+_TOKENIZERS: dict = {}
+
+
+def _tokenizer_at(path: str, settings: tuple):
+    """The tokenizer at ``path`` with the sender's settings, loaded once per process."""
+    key = (path, settings)
+    if key not in _TOKENIZERS:
+        from transformers import AutoTokenizer
+
+        wanted = dict(settings)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True, use_fast=wanted["use_fast"])
+        tokenizer.padding_side = wanted["padding_side"]
+        if wanted["pad_token"] is not None:
+            tokenizer.pad_token = wanted["pad_token"]
+        if len(tokenizer) != wanted["size"]:
+            raise RuntimeError(f"openrlhf_copo: the tokenizer loaded from {path} has {len(tokenizer)} tokens, the "
+                               f"trainer's has {wanted['size']}: the rollout would tokenize differently")
+        _TOKENIZERS[key] = tokenizer
+    return _TOKENIZERS[key]
+
+
+def apply_tokenizer_by_path() -> None:
+    """Patch 9, in Ray workers only: `SamplesGenerator._dispatch_prompts_to_vllm` sends `TokenizerByPath` where
+    OpenRLHF sends the tokenizer itself with every prompt."""
+    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+
+    original = SamplesGenerator._dispatch_prompts_to_vllm
+    if getattr(original, _PATCHED_ATTR, False):
+        return
+
+    @functools.wraps(original)
+    def _dispatch_prompts_to_vllm(self, *args, **kwargs):
+        tokenizer = self.tokenizer
+        self.tokenizer = TokenizerByPath.of(tokenizer)  # read by the original's `.remote(hf_tokenizer=...)` only
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            self.tokenizer = tokenizer
+
+    setattr(_dispatch_prompts_to_vllm, _PATCHED_ATTR, True)
+    SamplesGenerator._dispatch_prompts_to_vllm = _dispatch_prompts_to_vllm
 
 
 def apply_eval_before_train() -> None:
@@ -337,8 +493,9 @@ def apply_metrics_file() -> None:
     BasePPOTrainer.__openrlhf_copo_patched__ = True
 
 
-def append_metrics(path: str, step: int, logs: dict) -> None:
-    """One JSON line per step: the numeric metrics of ``logs`` plus the step and wall time."""
+def append_metrics(path: str, step: int, logs: dict, text: Optional[dict] = None) -> None:
+    """One JSON line per step: the numeric metrics of ``logs`` plus the step and wall time, and the strings of
+    ``text`` (an evaluation's per-prompt outcomes) as they are."""
     import json
     import math
     import os
@@ -349,6 +506,7 @@ def append_metrics(path: str, step: int, logs: dict) -> None:
         v = v.item() if hasattr(v, "item") and getattr(v, "numel", lambda: 1)() == 1 else v
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             row[k] = float(v) if math.isfinite(v) else None
+    row.update(text or {})
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")

@@ -49,7 +49,8 @@ def load_weights(path) -> dict:
 #: The first run also evaluates (before training and at step 2), trains in fp32 (the CPU path's
 #: --ds.param_dtype), and logs to wandb in offline mode (no network), as a user turning wandb on would.
 FIRST_RUN_EXTRA = ("--eval.steps", "2", "--eval.n_samples_per_prompt", "2", "--eval.temperature", "1.0",
-                   "--copo.eval_before_train", "--ds.param_dtype", "fp32",
+                   "--copo.eval_before_train", "--copo.eval_greedy", "--copo.eval_sampled_prompts", "3",
+                   "--ds.param_dtype", "fp32",
                    "--logger.wandb.key", "offline-not-a-key", "--logger.wandb.project", "copo-e2e",
                    "--logger.wandb.run_name", "e2e")
 
@@ -81,9 +82,19 @@ def test_held_out_evaluation_before_training_and_at_step_2_with_its_standard_err
     evals = [r for r in all_rows(tmp) if r.get("eval")]
     assert [r["step"] for r in evals] == [0, 2]
     for r in evals:
-        assert r["eval_num_samples"] == 8  # OpenRLHF caps the eval set at --data.max_samples: 4 prompts x 2 samples
+        # OpenRLHF caps the eval set at --data.max_samples (4 prompts); the sampled evaluation takes the first 3
+        assert r["eval_num_samples"] == 6  # 3 prompts x 2 samples
         assert 0 <= r["eval_default_mean2"] <= 1 and r["eval_default_mean2_se"] >= 0
         assert r["eval_default_mean2"] == pytest.approx(r["eval_default_pass1"])  # parity reward: 0/1 = correct
+        # greedy: every prompt once, its outcome kept in the file's order for the paired comparison
+        outcomes = r["eval_default_greedy_outcomes"]
+        assert len(outcomes) == 4 and set(outcomes) <= {"0", "1"}
+        assert r["eval_default_greedy"] == pytest.approx(outcomes.count("1") / 4)
+        assert r["eval_generate_seconds"] > 0
+    # each evaluation: one vLLM call for the greedy pass over all 4 prompts, one for the sampled pass over 3
+    log = first.stdout + first.stderr
+    assert len(re.findall(r"openrlhf_copo: held-out evaluation: 4 prompts greedy, then 3 prompts x 2 samples at "
+                          r"temperature 1.0, one vLLM call each", log)) == 2, log[-3000:]
 
 
 def test_metrics_reach_wandb_in_offline_mode(run):

@@ -19,6 +19,10 @@ def test_default_flags_are_ordinary_train_ppo_ray_flags_and_parse(tmp_path):
     # w_local can pass 1/2 only if the highest possible entropy, log2 G, is above rho
     assert math.log2(args.rollout.n_samples_per_prompt) > args.copo.rho
     assert args.ds.param_dtype == "fp32" and args.copo.eval_before_train
+    # greedy over the whole held-out set, sampled mean@k over its first N_SAMPLED; no --data.max_samples, which
+    # OpenRLHF also applies to the held-out set
+    assert args.copo.eval_greedy and args.copo.eval_sampled_prompts == job.N_SAMPLED < job.N_TEST
+    assert args.data.max_samples >= job.N_TEST
     assert args.eval.dataset == str(tmp_path / "test.jsonl") and args.eval.steps == job.STEPS
     assert Path(args.reward.remote_url[0]).name == "math_last_number_reward.py"
     assert Path(args.reward.remote_url[0]).is_file()
@@ -42,6 +46,28 @@ def test_heldout_gain_and_its_standard_error():
     assert g["gain_over_2se"] is False
     assert job.heldout_gain([_eval_row(0, 0.2, 0.02), _eval_row(10, 0.35, 0.03)])["gain_over_2se"] is True
     assert job.heldout_gain([_eval_row(0, 0.2, 0.02)]) is None
+
+
+def _greedy_row(step, outcomes, k=4):
+    acc = outcomes.count("1") / len(outcomes)
+    return {**_eval_row(step, 0.3, 0.05, k), "eval_arith_greedy": acc, "eval_arith_greedy_se": 0.1,
+            "eval_arith_greedy_outcomes": outcomes}
+
+
+def test_greedy_gain_is_paired_prompt_by_prompt():
+    """before 1100100000, after 1011100100 (10 prompts): d = 0 -1 1 1 0 0 0 1 0 0; three gained (prompts 3, 4, 8),
+    one lost (prompt 2); mean 0.2, squared deviations 0.04 x 6 + 1.44 + 0.64 x 3 = 3.6, / 9 = 0.4, sqrt 0.632,
+    / sqrt(10) = 0.2."""
+    g = job.heldout_gain([_greedy_row(0, "1100100000"), _greedy_row(6, "1011100100")])["greedy"]
+    assert (g["before"], g["after"], g["n"]) == (0.3, 0.5, 10)
+    assert g["gain"] == pytest.approx(0.2) and g["gain_se"] == pytest.approx(0.2)
+    assert (g["gained"], g["lost"]) == (3, 1) and g["gain_over_2se"] is False
+    text = job.format_summary(job.summarize([_greedy_row(0, "1100100000"), _greedy_row(6, "1011100100")], 1.0),
+                              Path("/r"))
+    assert ("held-out greedy accuracy over 10 prompts: 0.300 (step 0) -> 0.500 (step 6); paired gain +0.200 +- 0.200 "
+            "(3 prompts gained, 1 lost; not more than 2 standard errors)") in text
+    assert job.eval_line(_greedy_row(6, "1011100100")).startswith(
+        "held-out at step   6: greedy 0.500 +- 0.100 (10 prompts), mean@4 0.300 +- 0.050")
 
 
 def test_summary_separates_step_rows_from_eval_rows_and_reports_the_gain():

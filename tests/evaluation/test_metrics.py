@@ -74,3 +74,27 @@ def test_mean_at_k_standard_error_by_hand():
     assert mean_at_k(prompts) == pytest.approx(0.5)
     assert mean_at_k_se(prompts) == pytest.approx(0.5 / 3 ** 0.5)
     assert mean_at_k_se(prompts[:1]) == 0.0  # one prompt: no spread to measure
+
+
+def test_paired_difference_by_hand():
+    """before 1 0 0 1 0, after 1 1 0 0 1: d = 0 1 0 -1 1, mean 0.2; squared deviations .04 .64 .04 1.44 .64 sum to
+    2.8, / 4 = 0.7, sqrt = 0.83666, / sqrt(5) = 0.374166; two prompts gained, one lost (McNemar's discordant pairs)."""
+    from openrlhf_copo.evaluation.metrics import paired_difference
+
+    p = paired_difference([1, 0, 0, 1, 0], [1, 1, 0, 0, 1])
+    assert p["n"] == 5 and p["gain"] == pytest.approx(0.2) and p["se"] == pytest.approx(0.374166, abs=1e-6)
+    assert (p["gained"], p["lost"]) == (2, 1)
+    # concordant prompts only dilute: 95 more prompts both evaluations solve give a gain of 0.01, error sqrt((3 - 0.01) / 99) / 10
+    q = paired_difference([1, 0, 0, 1, 0] + [1] * 95, [1, 1, 0, 0, 1] + [1] * 95)
+    assert q["gain"] == pytest.approx(0.01) and q["se"] == pytest.approx(0.017379, abs=1e-6)
+    with pytest.raises(ValueError, match="same prompts: 2 scores before, 3 after"):
+        paired_difference([1, 0], [1, 0, 1])
+
+
+def test_outcome_strings_round_trip_and_refuse_other_characters():
+    from openrlhf_copo.evaluation.metrics import outcome_string, parse_outcomes
+
+    assert outcome_string([True, False, True]) == "101"
+    assert parse_outcomes("101") == [1, 0, 1]
+    with pytest.raises(ValueError, match="string of 0 and 1"):
+        parse_outcomes("10x")
