@@ -57,8 +57,10 @@ def run_argv(method: str, seed: int, steps: int, eval_every: int, model: str, tr
     argv = argv[2:]  # the estimator is the method's
     # Checkpoints, the final model and tensorboard go to a scratch folder (gigabytes, deleted after the run):
     # the results are the metrics file and the log.
+    # `train` holds exactly the run's prompts (steps x prompts per step): OpenRLHF's --data.max_samples would also
+    # cap the held-out set.
     scratch = run_dir / "scratch"
-    overrides = {"--data.max_samples": str(job.PROMPTS_PER_STEP * steps), "--eval.steps": str(eval_every),
+    overrides = {"--eval.steps": str(eval_every),
                  "--ckpt.save_steps": "-1", "--ckpt.path": str(scratch / "ckpt"),
                  "--ckpt.output_dir": str(scratch / "model"), "--logger.tensorboard_dir": str(scratch / "tensorboard")}
     for flag, value in overrides.items():
@@ -114,7 +116,8 @@ def summarize(args, infos: List[dict]) -> dict:
         rows = job.read_metrics(args.out / f"{info['method']}-seed{info['seed']}" / "metrics.jsonl")
         train, evals = job.train_rows(rows), job.eval_rows(rows)
         runs.append({**info,
-                     "evals": [{"step": r["step"], "mean": job.heldout(r)[0], "se": job.heldout(r)[1]} for r in evals],
+                     "evals": [{"step": r["step"], "mean": job.heldout(r)[0], "se": job.heldout(r)[1],
+                                "greedy": job.greedy(r)[0], "outcomes": job.greedy(r)[2]} for r in evals],
                      "steps": [{k: r.get(k) for k in ("step", "copo_correct", "copo_zero_std", "copo_signal_grpo",
                                                       "copo_signal_copo", "copo_w_local", "copo_entropy",
                                                       "dynamic_filtering_pass_rate", "timing/step_total")}
@@ -135,7 +138,43 @@ def summarize(args, infos: List[dict]) -> dict:
                          "final_eval_se": _mean([r["evals"][-1]["se"] for r in mine if r["evals"]]),
                          "zero_std_share": zero_std, "signal_share": signal,
                          "wall_minutes": _mean([r["wall_seconds"] / 60 for r in mine])}
-    return {"runs": runs, "table": table}
+    return {"runs": runs, "table": table, "paired": paired_versus(runs, "copo")}
+
+
+#: Two-sided 95% quantiles of Student's t by degrees of freedom (1-10); 1.96 beyond.
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def paired_versus(runs: List[dict], reference: str) -> Dict[str, dict]:
+    """``reference`` minus every other method on the same held-out prompts, seed by seed: the paired greedy
+    difference at the final evaluation (`evaluation.metrics.paired_difference`: per-prompt differences, their
+    mean and standard error), then the mean over seeds with a 95% t-interval over seeds (training randomness
+    included; with one seed, the prompt-level interval of that seed)."""
+    from openrlhf_copo.evaluation.metrics import paired_difference
+
+    final = {(r["method"], r["seed"]): r["evals"][-1] for r in runs if r["evals"] and r["evals"][-1].get("outcomes")}
+    out = {}
+    for method in sorted({m for m, _ in final} - {reference}):
+        seeds = sorted(s for m, s in final if m == method and (reference, s) in final)
+        per_seed = [{"seed": s, **paired_difference(parse(final[(method, s)]["outcomes"]),
+                                                    parse(final[(reference, s)]["outcomes"]))} for s in seeds]
+        if not per_seed:
+            continue
+        gains = [p["gain"] for p in per_seed]
+        mean = sum(gains) / len(gains)
+        if len(gains) > 1:
+            sd = math.sqrt(sum((g - mean) ** 2 for g in gains) / (len(gains) - 1))
+            half = T975.get(len(gains) - 1, 1.96) * sd / math.sqrt(len(gains))
+        else:
+            half = 1.96 * per_seed[0]["se"]
+        out[method] = {"per_seed": per_seed, "mean": mean, "ci95": (mean - half, mean + half)}
+    return out
+
+
+def parse(outcomes):
+    from openrlhf_copo.evaluation.metrics import parse_outcomes
+
+    return outcomes if isinstance(outcomes, list) else parse_outcomes(outcomes)
 
 
 def _step_value(method: str, step: dict, key: str):
@@ -193,6 +232,14 @@ def markdown(result: dict) -> str:
     for method, t in result["table"].items():
         lines.append(f"| {method} | {t['seeds']} | {t['steps']:.0f} | {f(t['heldout_before'])} | {f(t['heldout_final'])} "
                      f"| {t['final_eval_se']:.3f} | {f(t['gain'])} | {f(t['zero_std_share'])} | {f(t['signal_share'])} | {t['wall_minutes']:.1f} |")
+    if result.get("paired"):
+        lines += ["", "Paired greedy held-out difference at the final evaluation, COPO minus each method (same prompts; "
+                  "per seed: difference +- its prompt-level SE; mean over seeds with a 95% "
+                  "t-interval over seeds):", "", "| COPO minus | per seed | mean | 95% interval |", "|---|---|---|---|"]
+        for method, p in result["paired"].items():
+            seeds = "; ".join(f"seed {q['seed']}: {q['gain']:+.3f} +- {q['se']:.3f} ({q['gained']} prompts only COPO "
+                              f"solved, {q['lost']} only {method})" for q in p["per_seed"])
+            lines.append(f"| {method} | {seeds} | {p['mean']:+.3f} | [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}] |")
     return "\n".join(lines) + "\n"
 
 
@@ -243,8 +290,9 @@ def main(argv=None) -> int:
         print("note: a GPU is present; this benchmark is the CPU setting and runs on the CPU path only without one",
               file=sys.stderr)
     model = smollm2_instruct()
-    train, test = make_arithmetic_prompts(cache_dir() / "data" / job.DATA_VERSION,
-                                          n_train=job.PROMPTS_PER_STEP * job.STEPS, n_test=job.N_TEST, seed=0)
+    # the held-out set of a seed does not depend on n_train: every --steps shares it
+    train, test = make_arithmetic_prompts(cache_dir() / "data" / f"{job.DATA_VERSION}-{args.steps}steps",
+                                          n_train=job.PROMPTS_PER_STEP * args.steps, n_test=job.N_TEST, seed=0)
     args.out.mkdir(parents=True, exist_ok=True)
     plan = [(m, s) for s in range(args.seeds) for m in args.methods]
     from tqdm import tqdm
