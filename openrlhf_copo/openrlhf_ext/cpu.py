@@ -49,7 +49,6 @@ from openrlhf_copo.openrlhf_ext.device import cuda_available
 
 #: vLLM-CPU sizes its KV cache from this (GiB); gpu_memory_utilization is ignored there.
 KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
-VLLM_MP_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 #: The dtype the vLLM engines of a CPU run are built with instead of OpenRLHF's fixed bfloat16.
 VLLM_DTYPE_ENV = "OPENRLHF_COPO_VLLM_DTYPE"
 #: `--ds.param_dtype` values: OpenRLHF's, plus the CPU path's fp32.
@@ -122,9 +121,6 @@ def loopback_env() -> dict:
         # Ray sets OMP_NUM_THREADS=1 in an actor that asks for one CPU, as OpenRLHF's do: torch would train
         # on one core. The pipeline's phases take turns (generate, score, train), so each may use them all.
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(len(os.sched_getaffinity(0))),
-        # vLLM's engine core without its separate worker process: on 2 cores, 240 greedy prompts took 31 s
-        # instead of 59 s (the engine actor, the engine core and the worker otherwise contend for the cores).
-        VLLM_MP_ENV: os.environ.get(VLLM_MP_ENV, "0"),
     }
     if os.path.exists("/sys/class/net/lo"):
         env["GLOO_SOCKET_IFNAME"] = "lo"
