@@ -116,8 +116,7 @@ def summarize(args, infos: List[dict]) -> dict:
         rows = job.read_metrics(args.out / f"{info['method']}-seed{info['seed']}" / "metrics.jsonl")
         train, evals = job.train_rows(rows), job.eval_rows(rows)
         runs.append({**info,
-                     "evals": [{"step": r["step"], "mean": job.heldout(r)[0], "se": job.heldout(r)[1],
-                                "greedy": job.greedy(r)[0], "outcomes": job.greedy(r)[2]} for r in evals],
+                     "evals": [_eval_point(r) for r in evals],
                      "steps": [{k: r.get(k) for k in ("step", "copo_correct", "copo_zero_std", "copo_signal_grpo",
                                                       "copo_signal_copo", "copo_w_local", "copo_entropy",
                                                       "dynamic_filtering_pass_rate", "timing/step_total")}
@@ -141,6 +140,11 @@ def summarize(args, infos: List[dict]) -> dict:
     return {"runs": runs, "table": table, "paired": paired_versus(runs, "copo")}
 
 
+def _eval_point(row: dict) -> dict:
+    (mean, se, _), (greedy, _, outcomes) = job.heldout(row), job.greedy(row)
+    return {"step": row["step"], "mean": mean, "se": se, "greedy": greedy, "outcomes": outcomes}
+
+
 #: Two-sided 95% quantiles of Student's t by degrees of freedom (1-10); 1.96 beyond.
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
@@ -156,25 +160,15 @@ def paired_versus(runs: List[dict], reference: str) -> Dict[str, dict]:
     out = {}
     for method in sorted({m for m, _ in final} - {reference}):
         seeds = sorted(s for m, s in final if m == method and (reference, s) in final)
-        per_seed = [{"seed": s, **paired_difference(parse(final[(method, s)]["outcomes"]),
-                                                    parse(final[(reference, s)]["outcomes"]))} for s in seeds]
+        per_seed = [{"seed": s, **paired_difference(final[(method, s)]["outcomes"], final[(reference, s)]["outcomes"])}
+                    for s in seeds]
         if not per_seed:
             continue
-        gains = [p["gain"] for p in per_seed]
-        mean = sum(gains) / len(gains)
-        if len(gains) > 1:
-            sd = math.sqrt(sum((g - mean) ** 2 for g in gains) / (len(gains) - 1))
-            half = T975.get(len(gains) - 1, 1.96) * sd / math.sqrt(len(gains))
-        else:
-            half = 1.96 * per_seed[0]["se"]
+        mean, se = mean_se([p["gain"] for p in per_seed])
+        half = T975.get(len(per_seed) - 1, 1.96) * se if len(per_seed) > 1 else 1.96 * per_seed[0]["se"]
         out[method] = {"per_seed": per_seed, "mean": mean, "ci95": (mean - half, mean + half)}
     return out
 
-
-def parse(outcomes):
-    from openrlhf_copo.evaluation.metrics import parse_outcomes
-
-    return outcomes if isinstance(outcomes, list) else parse_outcomes(outcomes)
 
 
 def _step_value(method: str, step: dict, key: str):

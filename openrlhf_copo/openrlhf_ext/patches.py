@@ -243,9 +243,9 @@ def apply() -> bool:
 #: The step the trainer last logged (patch 4) or is about to start from (patch 6): OpenRLHF's `evaluate`
 #: runs right after `save_logs_and_checkpoints(global_step, ...)` and hands `compute_eval_metrics` no step.
 _last_step = {"step": 0, "metrics_file": None}
-#: The greedy samples of the evaluation under way (patch 8 -> patch 5): `evaluate` hands `compute_eval_metrics`
-#: only the sampled ones.
-_greedy_eval: dict = {}
+#: What patch 8 hands patch 5 about the evaluation under way: its greedy samples (`evaluate` hands
+#: `compute_eval_metrics` only the sampled ones) and its generation time.
+_eval_under_way: dict = {}
 
 
 def apply_eval_majority() -> None:
@@ -265,9 +265,9 @@ def apply_eval_majority() -> None:
         if samples_list and all(ANSWER_ID in s.info for s in samples_list):
             logs.update(eval_majority_logs(eval_dataloader, samples_list, n_samples_per_prompt))
         outcomes = {}
-        if "seconds" in _greedy_eval:
-            logs["eval_generate_seconds"] = _greedy_eval.pop("seconds")
-        greedy = _greedy_eval.pop("samples", None)
+        if "seconds" in _eval_under_way:
+            logs["eval_generate_seconds"] = _eval_under_way.pop("seconds")
+        greedy = _eval_under_way.pop("samples", None)
         if greedy:
             greedy_logs, outcomes = eval_greedy_logs(eval_dataloader, greedy)
             logs.update(greedy_logs)
@@ -351,15 +351,15 @@ def apply_eval_generation() -> None:
         try:
             if with_greedy:
                 greedy = dict(generate_kwargs, temperature=0.0, n_samples_per_prompt=1)
-                _greedy_eval["samples"] = self._generate_vllm(iter(self.eval_dataloader), total, False, **greedy)[0]
+                _eval_under_way["samples"] = self._generate_vllm(iter(self.eval_dataloader), total, False, **greedy)[0]
             samples = self._generate_vllm(iter(self.eval_dataloader), sampled, False, **generate_kwargs)[0]
         finally:
             if self.args.vllm.enable_sleep:
                 batch_vllm_engine_call(self.vllm_engines, "sleep")
-        _greedy_eval["seconds"] = time.time() - start
+        _eval_under_way["seconds"] = time.time() - start
         print(f"openrlhf_copo: held-out evaluation: {f'{total} prompts greedy, then ' if with_greedy else ''}"
               f"{sampled} prompts x {generate_kwargs.get('n_samples_per_prompt')} samples at temperature "
-              f"{generate_kwargs.get('temperature')}, one vLLM call each ({_greedy_eval['seconds']:.0f} s)", flush=True)
+              f"{generate_kwargs.get('temperature')}, one vLLM call each ({_eval_under_way['seconds']:.0f} s)", flush=True)
         return samples
 
     setattr(generate_eval_samples, _PATCHED_ATTR, True)
