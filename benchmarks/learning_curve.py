@@ -1,26 +1,35 @@
-"""GRPO, COPO, DAPO and GO-Only through the real pipeline, side by side: held-out accuracy over training.
+"""GRPO, COPO, DAPO and GO-Only through the real pipeline, paired by seed: held-out accuracy over training.
 
-    .venv/bin/python benchmarks/learning_curve.py                      # 4 methods x 3 seeds, ~2 h on 2 cores
-    .venv/bin/python benchmarks/learning_curve.py --seeds 1 --methods copo grpo   # a part of it
+    .venv/bin/python benchmarks/learning_curve.py                 # 4 methods x 5 seeds x 12 steps, ~3.5 h on 2 cores
+    .venv/bin/python benchmarks/learning_curve.py --seeds 2 --methods copo grpo     # a part of it
 
-Every run is the CPU demo's job (`openrlhf_copo.embedded.job.default_argv`: SmolLM2-135M-Instruct,
-the arithmetic mix, the final-number 0/1 reward, G samples per prompt, fp32) with only the method's
-flags changed, so all methods train on the same prompts in the same order (same `--train.seed`) and
-are evaluated on the same held-out prompts with the same k, before the first step and every
-`--eval_every` steps:
+Every run is the CPU demo's job (`openrlhf_copo.embedded.job.default_argv`: SmolLM2-135M-Instruct, the
+arithmetic mix, the final-number 0/1 reward, G samples per prompt, fp32) with only the method's flags
+changed:
 
     grpo     --advantage_estimator copo --copo.mode grpo   (GRPO's local advantage, same code path)
     copo     --advantage_estimator copo                    (the paper's defaults)
-    dapo     OpenRLHF's own group_norm + dynamic filtering (all-equal groups are dropped and the batch
-             refilled from later prompts, so DAPO makes fewer steps from the same prompts) + clip-higher
-             (eps 0.2 / 0.28); COPO refuses dynamic filtering, so this runs OpenRLHF's estimator
-    go_only  --advantage_estimator go_only                 (the global term alone)
+    dapo     OpenRLHF's own group_norm + dynamic filtering (all-equal groups are dropped and replaced by later
+             prompts, so DAPO makes fewer steps from the same prompts) + clip-higher (eps 0.2 / 0.28); COPO
+             refuses dynamic filtering, so this runs OpenRLHF's estimator
+    go_only  --advantage_estimator go_only                 (the global term alone; the ablation)
 
-Each run's metrics file is kept under `--out` (default `benchmarks/results/learning_curve/`); a rerun
-skips the runs whose metrics are complete, so an interrupted benchmark resumes. Written at the end:
-`learning_curve.json` (every eval and step row of every run, the settings, the machine and versions),
-`learning_curve.png` (held-out mean@k against step, mean over seeds +- the standard error over seeds;
-share of zero-std groups; share of responses with a gradient signal) and `learning_curve.md` (the table).
+The design is paired by seed (`--train.seed`). Every method of a seed starts from the same model, trains on
+the same prompts in the same order, and draws the same first rollout batch (`--copo.seeded_rollouts`: a
+vLLM seed per response, so the draw does not depend on batching; the table says whether step 1 agreed).
+All are evaluated on the same held-out prompts, greedily (the primary measure, compared prompt by prompt)
+and mean@k on the first N_SAMPLED. The step-0 evaluation runs once per seed, in the COPO run, and is shared.
+Every run ends with an evaluation (`--copo.eval_after_train`) after it has drawn all the run's prompts,
+so every method is compared at the same number of generated samples (steps x prompts per step x G), which
+is also the curves' x-axis; DAPO gets there in fewer steps.
+
+Each run's metrics file is kept under `--out` (default `benchmarks/results/learning_curve/`); a rerun skips
+the runs already complete, so the benchmark resumes where it was stopped, and `--report_only` writes the
+report from the runs done so far. Written at the end: `learning_curve.json` (every eval and step row of
+every run, the settings, the machine and versions), `learning_curve.png` (held-out greedy accuracy against
+generated samples, mean over seeds +- standard error over seeds; share of zero-std groups; share of responses
+with a gradient signal) and `learning_curve.md` (the tables: per method, and COPO minus each method paired
+per seed and over seeds with a 95% interval).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from typing import Dict, List
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from openrlhf_copo.contract import PROMPTS_CONSUMED  # noqa: E402
 from openrlhf_copo.embedded import job  # noqa: E402
 
 METHODS: Dict[str, List[str]] = {
@@ -51,10 +61,18 @@ METHODS: Dict[str, List[str]] = {
 }
 
 
+#: The method every other is compared with; its run of each seed also makes the seed's step-0 evaluation.
+REFERENCE = "copo"
+#: Flags of every run: the same draws from the same weights, and an evaluation at the end of every run.
+PAIRED = ["--copo.seeded_rollouts", "--copo.eval_after_train"]
+
+
 def run_argv(method: str, seed: int, steps: int, eval_every: int, model: str, train: Path, test: Path,
              run_dir: Path) -> List[str]:
     argv = job.default_argv(model, train, test, run_dir, "copo")
     argv = argv[2:]  # the estimator is the method's
+    if method != REFERENCE:  # the step-0 evaluation is the same model on the same prompts: made once per seed
+        argv.remove("--copo.eval_before_train")
     # Checkpoints, the final model and tensorboard go to a scratch folder (gigabytes, deleted after the run):
     # the results are the metrics file and the log.
     # `train` holds exactly the run's prompts (steps x prompts per step): OpenRLHF's --data.max_samples would also
@@ -66,7 +84,7 @@ def run_argv(method: str, seed: int, steps: int, eval_every: int, model: str, tr
     for flag, value in overrides.items():
         argv[argv.index(flag) + 1] = value
     argv.remove("--ckpt.load_enable")
-    return METHODS[method] + argv + ["--train.seed", str(seed)]
+    return METHODS[method] + PAIRED + argv + ["--train.seed", str(seed)]
 
 
 def run_one(method: str, seed: int, args, model: str, train: Path, test: Path) -> dict:
@@ -115,34 +133,63 @@ def summarize(args, infos: List[dict]) -> dict:
     for info in infos:
         rows = job.read_metrics(args.out / f"{info['method']}-seed{info['seed']}" / "metrics.jsonl")
         train, evals = job.train_rows(rows), job.eval_rows(rows)
+        generated = {0: 0, **{r["step"]: r.get(PROMPTS_CONSUMED, float("nan")) * job.SAMPLES_PER_PROMPT for r in train}}
         runs.append({**info,
-                     "evals": [_eval_point(r) for r in evals],
+                     "evals": [{**_eval_point(r), "generated": generated.get(r["step"], float("nan"))} for r in evals],
                      "steps": [{k: r.get(k) for k in ("step", "copo_correct", "copo_zero_std", "copo_signal_grpo",
                                                       "copo_signal_copo", "copo_w_local", "copo_entropy",
-                                                      "dynamic_filtering_pass_rate", "timing/step_total")}
+                                                      "dynamic_filtering_pass_rate", PROMPTS_CONSUMED,
+                                                      "timing/step_total")}
                                for r in train]})
+    share_step0(runs)
     table = {}
     for method in args.methods:
-        mine = [r for r in runs if r["method"] == method]
+        mine = [r for r in runs if r["method"] == method and r["evals"]]
         if not mine:
             continue
-        first = mean_se([r["evals"][0]["mean"] for r in mine if r["evals"]])
-        final = mean_se([r["evals"][-1]["mean"] for r in mine if r["evals"]])
-        gain = mean_se([r["evals"][-1]["mean"] - r["evals"][0]["mean"] for r in mine if r["evals"]])
+        first = mean_se([r["evals"][0]["greedy"] for r in mine])
+        final = mean_se([r["evals"][-1]["greedy"] for r in mine])
+        gain = mean_se([r["evals"][-1]["greedy"] - r["evals"][0]["greedy"] for r in mine])
         # DAPO drops zero-std groups before the advantage step: its share is the one the filter dropped.
         zero_std = mean_se([_mean([_step_value(method, s, "copo_zero_std") for s in r["steps"]]) for r in mine])
         signal = mean_se([_mean([_step_value(method, s, "copo_signal_copo") for s in r["steps"]]) for r in mine])
         table[method] = {"seeds": len(mine), "steps": _mean([len(r["steps"]) for r in mine]),
+                         "generated": _mean([r["evals"][-1]["generated"] for r in mine]),
                          "heldout_before": first, "heldout_final": final, "gain": gain,
-                         "final_eval_se": _mean([r["evals"][-1]["se"] for r in mine if r["evals"]]),
+                         "mean_k_final": mean_se([r["evals"][-1]["mean"] for r in mine]),
                          "zero_std_share": zero_std, "signal_share": signal,
                          "wall_minutes": _mean([r["wall_seconds"] / 60 for r in mine])}
-    return {"runs": runs, "table": table, "paired": paired_versus(runs, "copo")}
+    return {"runs": runs, "table": table, "paired": paired_versus(runs, REFERENCE),
+            "first_batch": first_batch_agreement(runs)}
+
+
+def share_step0(runs: List[dict]) -> None:
+    """Give every run of a seed the step-0 evaluation that the seed's reference run made (the same model on the
+    same prompts), in place; runs of a seed with none (the reference not run yet) keep what they have."""
+    step0 = {r["seed"]: r["evals"][0] for r in runs
+             if r["method"] == REFERENCE and r["evals"] and r["evals"][0]["step"] == 0}
+    for r in runs:
+        if r["seed"] in step0 and not (r["evals"] and r["evals"][0]["step"] == 0):
+            r["evals"].insert(0, {**step0[r["seed"]], "shared": True})
+
+
+def first_batch_agreement(runs: List[dict]) -> Dict[int, bool]:
+    """Per seed, whether the methods that log the rollout batch's accuracy and answer entropy (all but DAPO,
+    whose filter changes the batch it logs) logged the same values at step 1: the same first rollout batch."""
+    out = {}
+    for seed in sorted({r["seed"] for r in runs}):
+        mine = [r for r in runs if r["seed"] == seed and r["method"] != "dapo" and r["steps"]
+                and r["steps"][0].get("copo_correct") is not None and r["steps"][0].get("copo_entropy") is not None]
+        if len(mine) > 1:
+            out[seed] = len({(round(r["steps"][0]["copo_correct"], 6), round(r["steps"][0]["copo_entropy"], 6))
+                             for r in mine}) == 1
+    return out
 
 
 def _eval_point(row: dict) -> dict:
-    (mean, se, _), (greedy, _, outcomes) = job.heldout(row), job.greedy(row)
-    return {"step": row["step"], "mean": mean, "se": se, "greedy": greedy, "outcomes": outcomes}
+    (mean, se, _), (greedy, greedy_se, outcomes) = job.heldout(row), job.greedy(row)
+    return {"step": row["step"], "mean": mean, "se": se, "greedy": greedy, "greedy_se": greedy_se,
+            "outcomes": outcomes}
 
 
 #: Two-sided 95% quantiles of Student's t by degrees of freedom (1-10); 1.96 beyond.
@@ -214,22 +261,31 @@ def markdown(result: dict) -> str:
     lines = [f"Learning curves, {env['date']}, {env['machine']}; " +
              ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
              f"SmolLM2-135M-Instruct on the arithmetic mix: {s['steps']} steps x {s['prompts_per_step']} prompts x "
-             f"{s['samples_per_prompt']} samples, held-out {s['n_test']} prompts x {s['eval_k']} samples (mean@k), "
-             f"seeds {s['seeds']}. Values: mean over seeds +- standard error over seeds.", "",
-             "| method | seeds | steps | held-out before | held-out final | final eval's own SE | gain | zero-std groups "
-             "| responses with signal | wall min/run |", "|---|---|---|---|---|---|---|---|---|---|"]
+             f"{s['samples_per_prompt']} samples ({s['steps'] * s['prompts_per_step'] * s['samples_per_prompt']} "
+             f"generated samples per run), held-out {s['n_test']} prompts greedy (primary) and the first "
+             f"{s['n_sampled']} x {s['eval_k']} samples (mean@k). Seeds run: {s['seeds_run']}. Values: mean over seeds "
+             "+- standard error over seeds; held-out accuracies are greedy. Machine time of these runs: "
+             f"{s.get('machine_hours', float('nan')):.1f} h.", "",
+             "| method | seeds | steps | generated samples | held-out before | held-out final | gain | final mean@k "
+             "| zero-std groups | responses with signal | wall min/run |", "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(pair):
         m, e = pair
         return f"{m:.3f}" + ("" if e != e else f" +- {e:.3f}")
 
     for method, t in result["table"].items():
-        lines.append(f"| {method} | {t['seeds']} | {t['steps']:.0f} | {f(t['heldout_before'])} | {f(t['heldout_final'])} "
-                     f"| {t['final_eval_se']:.3f} | {f(t['gain'])} | {f(t['zero_std_share'])} | {f(t['signal_share'])} | {t['wall_minutes']:.1f} |")
+        lines.append(f"| {method} | {t['seeds']} | {t['steps']:.1f} | {t['generated']:.0f} | {f(t['heldout_before'])} "
+                     f"| {f(t['heldout_final'])} | {f(t['gain'])} | {f(t['mean_k_final'])} | {f(t['zero_std_share'])} "
+                     f"| {f(t['signal_share'])} | {t['wall_minutes']:.1f} |")
+    if result.get("first_batch"):
+        same = [seed for seed, ok in result["first_batch"].items() if ok]
+        lines += ["", f"Same first rollout batch (step-1 accuracy and answer entropy equal across the methods other "
+                      f"than DAPO): seeds {same or 'none'} of {sorted(result['first_batch'])}."]
     if result.get("paired"):
-        lines += ["", "Paired greedy held-out difference at the final evaluation, COPO minus each method (same prompts; "
-                  "per seed: difference +- its prompt-level SE; mean over seeds with a 95% "
-                  "t-interval over seeds):", "", "| COPO minus | per seed | mean | 95% interval |", "|---|---|---|---|"]
+        lines += ["", "Paired greedy held-out difference at the end of training (same prompts, same number of generated "
+                  "samples), COPO minus each method: per seed, the difference +- its prompt-level SE; over seeds, the "
+                  "mean with a 95% t-interval over seeds:", "", "| COPO minus | per seed | mean | 95% interval |",
+                  "|---|---|---|---|"]
         for method, p in result["paired"].items():
             seeds = "; ".join(f"seed {q['seed']}: {q['gain']:+.3f} +- {q['se']:.3f} ({q['gained']} prompts only COPO "
                               f"solved, {q['lost']} only {method})" for q in p["per_seed"])
@@ -245,21 +301,26 @@ def plot(result: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for method in result["table"]:
-        runs = [r for r in result["runs"] if r["method"] == method]
-        steps = sorted({e["step"] for r in runs for e in r["evals"]})
-        pts = [mean_se([e["mean"] for r in runs for e in r["evals"] if e["step"] == st]) for st in steps]
-        if len(runs) == 1:  # one seed: the evaluation's own standard error (prompts as units)
-            pts = [(m, _mean([e["se"] for e in runs[0]["evals"] if e["step"] == st])) for (m, _), st in zip(pts, steps)]
-        axes[0].errorbar(steps, [m for m, _ in pts], yerr=[0 if e != e else e for _, e in pts], marker="o",
+        runs = [r for r in result["runs"] if r["method"] == method and r["evals"]]
+        # Evaluations at the same number of generated samples, averaged over seeds (one seed: the eval's own SE)
+        xs = sorted({e["generated"] for r in runs for e in r["evals"] if e["generated"] == e["generated"]})
+        pts = [mean_se([e["greedy"] for r in runs for e in r["evals"] if e["generated"] == x]) for x in xs]
+        if len(runs) == 1:
+            pts = [(m, _mean([e["greedy_se"] for e in runs[0]["evals"] if e["generated"] == x])) for (m, _), x in zip(pts, xs)]
+        axes[0].errorbar(xs, [m for m, _ in pts], yerr=[0 if e != e else e for _, e in pts], marker="o",
                          capsize=3, label=method)
         for ax, key in ((axes[1], "copo_zero_std"), (axes[2], "copo_signal_copo")):
-            st = sorted({s["step"] for r in runs for s in r["steps"]})
-            ax.plot(st, [_mean([_step_value(method, s, key) for r in runs for s in r["steps"] if s["step"] == x])
-                         for x in st], marker=".", label=method)
-    for ax, title in zip(axes, ("held-out mean@k +- SE (over seeds; one seed: the eval's)", "share of zero-std groups",
-                                "share of responses with a gradient signal")):
-        ax.set_title(title)
-        ax.set_xlabel("step")
+            by_x: Dict[float, list] = {}
+            for r in runs:
+                for s in r["steps"]:
+                    x = (s.get(PROMPTS_CONSUMED) or float("nan")) * job.SAMPLES_PER_PROMPT
+                    by_x.setdefault(x, []).append(_step_value(method, s, key))
+            x_sorted = sorted(x for x in by_x if x == x)
+            ax.plot(x_sorted, [_mean(by_x[x]) for x in x_sorted], marker=".", label=method)
+    for ax, title in zip(axes, ("held-out greedy accuracy +- SE (over seeds; one seed: the eval's)",
+                                "share of zero-std groups", "share of responses with a gradient signal")):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("generated samples")
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
@@ -270,11 +331,13 @@ def plot(result: dict, path: Path) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (--train.seed)")
-    p.add_argument("--steps", type=int, default=6, help="training steps of GRPO / COPO / GO-Only (prompts drawn: "
-                                                        "steps x prompts per step; DAPO refills from them)")
-    p.add_argument("--eval_every", type=int, default=3, help="held-out evaluation every N steps (and at step 0)")
+    p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (--train.seed)")
+    p.add_argument("--steps", type=int, default=12, help="training steps of GRPO / COPO / GO-Only (prompts drawn: "
+                                                         "steps x prompts per step; DAPO refills from them)")
+    p.add_argument("--eval_every", type=int, default=6, help="held-out evaluation every N steps (and before the "
+                                                             "first, and after the last)")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "learning_curve")
+    p.add_argument("--report_only", action="store_true", help="run nothing: the report of the runs done so far")
     args = p.parse_args(argv)
 
     from openrlhf_copo.embedded.data import make_arithmetic_prompts
@@ -283,21 +346,33 @@ def main(argv=None) -> int:
     if _cuda():
         print("note: a GPU is present; this benchmark is the CPU setting and runs on the CPU path only without one",
               file=sys.stderr)
-    model = smollm2_instruct()
-    # the held-out set of a seed does not depend on n_train: every --steps shares it
-    train, test = make_arithmetic_prompts(cache_dir() / "data" / f"{job.DATA_VERSION}-{args.steps}steps",
-                                          n_train=job.PROMPTS_PER_STEP * args.steps, n_test=job.N_TEST, seed=0)
     args.out.mkdir(parents=True, exist_ok=True)
-    plan = [(m, s) for s in range(args.seeds) for m in args.methods]
-    from tqdm import tqdm
-
+    # Seed by seed, the reference first (its run makes the seed's step-0 evaluation)
+    plan = [(m, s) for s in range(args.seeds) for m in sorted(args.methods, key=lambda m: m != REFERENCE)]
     infos = []
-    for method, seed in tqdm(plan, desc="runs", unit="run"):
-        infos.append(run_one(method, seed, args, model, train, test))
-    result = {"settings": {"steps": args.steps, "eval_every": args.eval_every, "seeds": args.seeds,
+    if args.report_only:
+        for method, seed in plan:
+            marker = args.out / f"{method}-seed{seed}" / "done.json"
+            if marker.exists():
+                infos.append(json.loads(marker.read_text()))
+    else:
+        model = smollm2_instruct()
+        # the held-out set of a seed does not depend on n_train: every --steps shares it
+        train, test = make_arithmetic_prompts(cache_dir() / "data" / f"{job.DATA_VERSION}-{args.steps}steps",
+                                              n_train=job.PROMPTS_PER_STEP * args.steps, n_test=job.N_TEST, seed=0)
+        from tqdm import tqdm
+
+        for method, seed in tqdm(plan, desc="runs", unit="run"):
+            infos.append(run_one(method, seed, args, model, train, test))
+    if not infos:
+        raise SystemExit(f"no finished run under {args.out}")
+    result = {"settings": {"steps": args.steps, "eval_every": args.eval_every,
+                           "seeds_run": sorted({i["seed"] for i in infos}),
                            "prompts_per_step": job.PROMPTS_PER_STEP, "samples_per_prompt": job.SAMPLES_PER_PROMPT,
-                           "n_test": job.N_TEST, "eval_k": job.EVAL_K, "methods": {m: METHODS[m] for m in args.methods}},
+                           "n_test": job.N_TEST, "n_sampled": job.N_SAMPLED, "eval_k": job.EVAL_K,
+                           "methods": {m: METHODS[m] + PAIRED for m in args.methods}},
               "environment": environment(), **summarize(args, infos)}
+    result["settings"]["machine_hours"] = round(sum(i["wall_seconds"] for i in infos) / 3600, 2)
     (args.out.parent / "learning_curve.json").write_text(json.dumps(result, indent=1))
     (args.out.parent / "learning_curve.md").write_text(markdown(result))
     plot(result, args.out.parent / "learning_curve.png")

@@ -81,6 +81,12 @@ METRICS = (ENTROPY, W_LOCAL, W_GLOBAL, W_LOCAL_MID, LOCAL_ADV, GLOBAL_ADV_RAW, A
 CPU_ENV = "OPENRLHF_COPO_CPU"
 #: The dotted path of the `worker_process_setup_hook` Ray imports in each worker (`openrlhf_ext.worker_hook`).
 RAY_WORKER_SETUP_HOOK = "openrlhf_copo.openrlhf_ext.worker_hook.ray_worker_setup"
+#: Set to --train.seed by the driver with `--copo.seeded_rollouts`: the vLLM engine processes then give every
+#: sampled response its own seed (`openrlhf_ext.patches.seeded_sampling_params`).
+ROLLOUT_SEED_ENV = "OPENRLHF_COPO_ROLLOUT_SEED"
+#: The metrics file's per-step count of prompts the run has drawn so far (OpenRLHF's total_consumed_prompts;
+#: with dynamic filtering more than steps x --rollout.batch_size): generated samples = it x n_samples_per_prompt.
+PROMPTS_CONSUMED = "prompts_consumed"
 
 
 def answer_key(answer: Optional[str], canonical: Optional[str], response: str) -> str:

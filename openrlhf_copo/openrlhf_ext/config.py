@@ -82,6 +82,16 @@ class CopoSettings:
     eval_before_train: bool = _setting(False, "with --eval.dataset: also evaluate once before the first step "
                                               "(step 0; not when resuming), as verl's val_before_train, so a run "
                                               "reports its held-out gain (any estimator)")
+    eval_after_train: bool = _setting(False, "with --eval.dataset: also evaluate after the last step when "
+                                             "--eval.steps does not divide it (with dynamic filtering the number "
+                                             "of steps is not known in advance), so every run ends evaluated "
+                                             "(any estimator)")
+    seeded_rollouts: bool = _setting(False, "sample every response with its own vLLM seed, a hash of --train.seed, "
+                                            "the prompt and how many responses the engine sampled for it before: "
+                                            "two runs from the same weights draw the same responses whatever else "
+                                            "shares vLLM's batch (OpenRLHF's draws depend on batching and arrival "
+                                            "order), e.g. the same first rollout batch for two methods compared "
+                                            "(any estimator)")
     eval_greedy: bool = _setting(False, "with --eval.dataset: every evaluation also decodes each held-out prompt "
                                         "greedily (temperature 0, one sample, one vLLM call): eval_<source>_greedy "
                                         "and its standard error; with --copo.metrics_file also the per-prompt "

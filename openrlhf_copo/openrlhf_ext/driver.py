@@ -34,7 +34,7 @@ import contextlib
 import json
 import sys
 
-from openrlhf_copo.contract import RAY_WORKER_SETUP_HOOK
+from openrlhf_copo.contract import RAY_WORKER_SETUP_HOOK, ROLLOUT_SEED_ENV
 from openrlhf_copo.openrlhf_ext import config, cpu, device, patches
 from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
                                                copo_warnings, estimator_action, is_copo)
@@ -126,6 +126,8 @@ def ray_init_kwargs(args, kwargs: dict) -> dict:
     except RuntimeError as e:
         raise DriverError(str(e)) from None
     _add_stop_tokens(kwargs["runtime_env"], args)
+    if args.copo.seeded_rollouts:
+        kwargs["runtime_env"].setdefault("env_vars", {})[ROLLOUT_SEED_ENV] = str(args.train.seed)
     if args.copo.device == device.CPU:
         kwargs = cpu.ray_init_kwargs(args, kwargs)
     return kwargs

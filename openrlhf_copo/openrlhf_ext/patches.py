@@ -9,15 +9,17 @@ logging, evaluation and rollout speed:
 3. `ActorPPOTrainer.training_step`: hands the micro-batch's global advantages to that loss and
    logs the two loss terms;
 4. `BasePPOTrainer.save_logs_and_checkpoints`: with `--copo.metrics_file`, appends each step's
-   metrics (the dict OpenRLHF sends to wandb / tensorboard) to a JSON-lines file (in Ray workers
-   only: see `apply_metrics_file`);
+   metrics (the dict OpenRLHF sends to wandb / tensorboard) and the prompts drawn so far to a
+   JSON-lines file (in Ray workers only: see `apply_metrics_file`); with `--copo.eval_after_train`,
+   the run's last step is evaluated even when `--eval.steps` does not divide it;
 5. `compute_eval_metrics`: OpenRLHF's in-training evaluation also reports mean@k, its standard
    error and maj@k, and appends them to the metrics file as a row with `"eval": 1`;
 6. `BasePPOTrainer.init_checkpoint_states`: with `--copo.eval_before_train`, a run that starts
    from step 0 evaluates once before its first step;
 7. the rollout executors' `execute` (`openrlhf.utils.agent`, in the vLLM engine actors): each
    response carries the seed of the engine that sampled it, so that the advantage step can report
-   how many engines fed the batch and the weight-sync logprob gap of each engine.
+   how many engines fed the batch and the weight-sync logprob gap of each engine; with
+   `--copo.seeded_rollouts`, each sampled response gets its own vLLM seed (`seeded_sampling_params`).
 8. `SamplesGenerator.generate_eval_samples`: the held-out prompts go to vLLM in one call (OpenRLHF
    sends them `--rollout.batch_size` at a time), first greedily with `--copo.eval_greedy`, then
    sampled, on the first `--copo.eval_sampled_prompts` prompts if set.
@@ -41,8 +43,9 @@ from typing import Optional
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from openrlhf_copo.contract import (ANSWER_ID, CLIP_RATIO_GLOBAL, LOSS_GLOBAL, LOSS_LOCAL, ROLLOUT_ENGINE_SEED,
-                                    WEIGHTED_GLOBAL_ADV, info_tensor, sample_correct, sample_outcome)
+from openrlhf_copo.contract import (ANSWER_ID, CLIP_RATIO_GLOBAL, LOSS_GLOBAL, LOSS_LOCAL, PROMPTS_CONSUMED,
+                                    ROLLOUT_ENGINE_SEED, ROLLOUT_SEED_ENV, WEIGHTED_GLOBAL_ADV, info_tensor,
+                                    sample_correct, sample_outcome)
 from openrlhf_copo.openrlhf_ext.config import is_copo
 
 #: OpenRLHF releases whose patched symbols were read and tested.
@@ -205,6 +208,9 @@ def patch_agent(module) -> None:
         def patched(original):
             @functools.wraps(original)
             async def execute(self, *args, **kwargs):
+                # OpenRLHF 0.11.2's generate_responses passes every argument by keyword
+                if "sampling_params" in kwargs:
+                    kwargs["sampling_params"] = seeded_sampling_params(kwargs["sampling_params"], kwargs.get("prompt"))
                 output = await original(self, *args, **kwargs)
                 engine = kwargs["llm_engine"] if "llm_engine" in kwargs else args[5]
                 seed = getattr(engine, "kwargs", {}).get("seed")
@@ -216,6 +222,36 @@ def patch_agent(module) -> None:
             return execute
 
         cls.execute = patched(original)
+
+
+#: How many responses this process has sampled for each prompt (by hash) under `--copo.seeded_rollouts`.
+_draws: dict = {}
+
+
+def seeded_sampling_params(sampling_params, prompt):
+    """With `--copo.seeded_rollouts` (ROLLOUT_SEED_ENV set in every worker): a copy of ``sampling_params`` whose
+    seed is a hash of the run's seed, the prompt and the number of responses this engine process sampled for
+    that prompt before; ``sampling_params`` itself when the option is off, the sampling is greedy, or it has a
+    seed already.
+
+    Why: vLLM samples a batch from one generator per engine, so the response a request gets depends on what else
+    is in the batch and when it arrived, and OpenRLHF sends each of the G samples of a prompt as its own
+    asynchronous request: two runs from the same model with the same --train.seed draw different first rollout
+    batches. With a seed per request, the i-th response to a prompt is the same in both (up to floating-point
+    differences between batch shapes), which is what a paired comparison of methods needs."""
+    import os
+
+    run_seed = os.environ.get(ROLLOUT_SEED_ENV)
+    if run_seed is None or getattr(sampling_params, "seed", None) is not None or not sampling_params.temperature > 0:
+        return sampling_params
+    import hashlib
+
+    key = hashlib.sha256(str(prompt).encode()).digest()[:8]
+    draw = _draws.get(key, 0)
+    _draws[key] = draw + 1
+    params = sampling_params.clone()
+    params.seed = int.from_bytes(hashlib.sha256(f"{run_seed}:{draw}:".encode() + key).digest()[:4], "little") >> 1
+    return params
 
 
 def patch_ppo_trainer(module) -> None:
@@ -454,12 +490,9 @@ def apply_eval_before_train() -> None:
     def init_checkpoint_states(self):
         states = original(self)
         copo = getattr(self.args, "copo", None)
-        if (getattr(copo, "eval_before_train", False) and getattr(self, "eval_dataloader", None) is not None
-                and states.get("global_step", 0) == 0 and hasattr(self, "evaluate")):
+        if getattr(copo, "eval_before_train", False) and states.get("global_step", 0) == 0:
             _last_step.update(step=0, metrics_file=getattr(copo, "metrics_file", None))
-            kwargs = dict(self.generate_kwargs, temperature=self.args.eval.temperature,
-                          n_samples_per_prompt=self.args.eval.n_samples_per_prompt)
-            self.evaluate(0, **kwargs)
+            evaluate_now(self, 0)
         return states
 
     init_checkpoint_states.__openrlhf_copo_patched__ = True
@@ -486,11 +519,39 @@ def apply_metrics_file() -> None:
         path = getattr(getattr(self.args, "copo", None), "metrics_file", None)
         _last_step.update(step=int(global_step), metrics_file=path)
         if path and logs_dict:
-            append_metrics(path, global_step, logs_dict)
-        return original_save(self, global_step, logs_dict, client_states)
+            consumed = (client_states or {}).get("total_consumed_prompts")
+            append_metrics(path, global_step, logs_dict if consumed is None else {**logs_dict, PROMPTS_CONSUMED: consumed})
+        result = original_save(self, global_step, logs_dict, client_states)
+        # OpenRLHF evaluates when --eval.steps divides the step, so a run whose last step it does not divide
+        # (DAPO's refills make the step count unknown in advance) ends unevaluated.
+        if (getattr(getattr(self.args, "copo", None), "eval_after_train", False) and global_step % self.args.eval.steps
+                and is_last_step(self, client_states)):
+            evaluate_now(self, global_step)
+        return result
 
     BasePPOTrainer.save_logs_and_checkpoints = save_logs_and_checkpoints
     BasePPOTrainer.__openrlhf_copo_patched__ = True
+
+
+def is_last_step(trainer, client_states: Optional[dict]) -> bool:
+    """Whether the step just logged is the run's last: its last episode, every prompt of the dataset drawn
+    (`PPOTrainer.fit` counts them in total_consumed_prompts, over all episodes) and no response left in the
+    sample buffer. OpenRLHF's loop only learns this at its next draw, which comes back empty."""
+    generator, loader = getattr(trainer, "samples_generator", None), getattr(trainer, "prompts_dataloader", None)
+    if not client_states or generator is None or loader is None:
+        return False
+    episodes = trainer.args.train.num_episodes
+    return (client_states.get("episode") == episodes - 1 and not getattr(generator, "_sample_buffer", None)
+            and client_states.get("total_consumed_prompts", 0) >= episodes * len(loader))
+
+
+def evaluate_now(trainer, step: int) -> None:
+    """OpenRLHF's in-training evaluation at ``step``, with the settings its own loop uses (a no-op without
+    --eval.dataset)."""
+    if getattr(trainer, "eval_dataloader", None) is None or not hasattr(trainer, "evaluate"):
+        return
+    trainer.evaluate(step, **dict(trainer.generate_kwargs, temperature=trainer.args.eval.temperature,
+                                  n_samples_per_prompt=trainer.args.eval.n_samples_per_prompt))
 
 
 def append_metrics(path: str, step: int, logs: dict, text: Optional[dict] = None) -> None:

@@ -26,7 +26,10 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
     parsed = {m: load_args(lc.run_argv(m, 1, 6, 3, "model", tmp_path / "train.jsonl", tmp_path / "test.jsonl",
                                        tmp_path / m)) for m in lc.METHODS}
     for m, a in parsed.items():
-        assert a.train.seed == 1 and a.eval.steps == 3 and a.copo.eval_before_train and a.copo.eval_greedy
+        assert a.train.seed == 1 and a.eval.steps == 3 and a.copo.eval_greedy
+        assert a.copo.seeded_rollouts and a.copo.eval_after_train  # same draws; every run ends evaluated
+        # the step-0 evaluation (same model, same prompts) is made once per seed, by COPO's run
+        assert a.copo.eval_before_train == (m == "copo")
         assert a.data.max_samples >= lc.job.N_TEST  # no cap: OpenRLHF would apply it to the held-out set too
         assert a.data.prompt_dataset == str(tmp_path / "train.jsonl") and a.eval.dataset == str(tmp_path / "test.jsonl")
         assert a.ckpt.save_steps == -1 and not a.ckpt.load_enable
@@ -41,39 +44,67 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
 
 
 def _write_run(out: Path, method: str, seed: int, evals, steps, outcomes=None):
+    """A run's metrics file: ``evals`` as (step, greedy accuracy, mean@2), ``steps`` as step rows, ``outcomes``
+    the final evaluation's greedy verdicts."""
     d = out / f"{method}-seed{seed}"
     d.mkdir(parents=True)
-    rows = [{"step": s, "eval": 1.0, "eval_arith_mean2": m, "eval_arith_mean2_se": 0.01} for s, m in evals]
-    if outcomes:  # the final evaluation's greedy verdicts
-        rows[-1].update(eval_arith_greedy=outcomes.count("1") / len(outcomes), eval_arith_greedy_se=0.1,
-                        eval_arith_greedy_outcomes=outcomes)
+    rows = [{"step": s, "eval": 1.0, "eval_arith_greedy": g, "eval_arith_greedy_se": 0.02,
+             "eval_arith_mean2": m, "eval_arith_mean2_se": 0.05} for s, g, m in evals]
+    if outcomes:
+        rows[-1].update(eval_arith_greedy=outcomes.count("1") / len(outcomes), eval_arith_greedy_outcomes=outcomes)
     rows += [{"step": i + 1, **s} for i, s in enumerate(steps)]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return {"method": method, "seed": seed, "wall_seconds": 120.0}
 
 
-def test_table_means_over_seeds_and_dapo_zero_std_from_its_filter(lc, tmp_path):
-    infos = [_write_run(tmp_path, "copo", 0, [(0, 0.2), (6, 0.5)], [{"copo_zero_std": 0.25, "copo_signal_copo": 1.0}]),
-             _write_run(tmp_path, "copo", 1, [(0, 0.3), (6, 0.7)], [{"copo_zero_std": 0.75, "copo_signal_copo": 1.0}]),
-             _write_run(tmp_path, "dapo", 0, [(0, 0.2), (3, 0.4)],
+def test_table_shares_step0_counts_generated_samples_and_reads_dapo_zero_std_from_its_filter(lc, tmp_path):
+    G = lc.job.SAMPLES_PER_PROMPT
+    infos = [_write_run(tmp_path, "copo", 0, [(0, 0.5, 0.2), (2, 0.6, 0.5)],
+                        [{"copo_zero_std": 0.25, "copo_signal_copo": 1.0, "prompts_consumed": 6},
+                         {"copo_zero_std": 0.25, "copo_signal_copo": 1.0, "prompts_consumed": 12}]),
+             _write_run(tmp_path, "copo", 1, [(0, 0.5, 0.3), (2, 0.8, 0.7)],
+                        [{"copo_zero_std": 0.75, "copo_signal_copo": 1.0, "prompts_consumed": 6},
+                         {"copo_zero_std": 0.75, "copo_signal_copo": 1.0, "prompts_consumed": 12}]),
+             # DAPO of seed 0: no step-0 evaluation of its own; one step drew all 12 prompts (6 refills)
+             _write_run(tmp_path, "dapo", 0, [(1, 0.4, 0.4)],
                         # OpenRLHF's value: 100 x kept responses / consumed prompts, so 0.6 of the groups kept
-                        [{"dynamic_filtering_pass_rate": 0.6 * 100 * lc.job.SAMPLES_PER_PROMPT}])]
+                        [{"dynamic_filtering_pass_rate": 0.6 * 100 * G, "prompts_consumed": 12}])]
     args = type("A", (), {"out": tmp_path, "methods": ["copo", "dapo"]})
-    t = lc.summarize(args, infos)["table"]
-    assert t["copo"]["heldout_final"][0] == pytest.approx(0.6)
-    assert t["copo"]["heldout_final"][1] == pytest.approx(0.1)  # std(0.5, 0.7) / sqrt(2)
-    assert t["copo"]["gain"][0] == pytest.approx(0.35) and t["copo"]["zero_std_share"][0] == pytest.approx(0.5)
+    result = lc.summarize(args, infos)
+    t = result["table"]
+    assert t["copo"]["heldout_final"][0] == pytest.approx(0.7)
+    assert t["copo"]["heldout_final"][1] == pytest.approx(0.1)  # std(0.6, 0.8) / sqrt(2)
+    assert t["copo"]["gain"][0] == pytest.approx(0.2) and t["copo"]["zero_std_share"][0] == pytest.approx(0.5)
+    assert t["copo"]["mean_k_final"][0] == pytest.approx(0.6)
+    assert t["copo"]["generated"] == 12 * G and t["dapo"]["generated"] == 12 * G  # equal samples, 2 steps vs 1
+    dapo = next(r for r in result["runs"] if r["method"] == "dapo")
+    assert [(e["step"], e["greedy"], e.get("shared", False)) for e in dapo["evals"]] == [(0, 0.5, True), (1, 0.4, False)]
+    assert t["dapo"]["gain"][0] == pytest.approx(-0.1)  # from COPO seed 0's step 0, shared
     assert t["dapo"]["zero_std_share"][0] == pytest.approx(0.4) and t["dapo"]["signal_share"][0] == pytest.approx(0.6)
     assert t["dapo"]["seeds"] == 1 and t["dapo"]["heldout_final"][1] != t["dapo"]["heldout_final"][1]  # nan SE
+    lc.plot(result, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_first_batch_agreement_compares_step_one_of_the_methods_that_log_it(lc, tmp_path):
+    step1 = {"copo_correct": 0.375, "copo_entropy": 1.25}
+    infos = [_write_run(tmp_path, "copo", 0, [(0, 0.5, 0.5)], [step1]),
+             _write_run(tmp_path, "grpo", 0, [(1, 0.5, 0.5)], [step1]),
+             _write_run(tmp_path, "dapo", 0, [(1, 0.5, 0.5)], [{"copo_correct": 0.5, "copo_entropy": 1.0}]),
+             _write_run(tmp_path, "copo", 1, [(0, 0.5, 0.5)], [step1]),
+             _write_run(tmp_path, "grpo", 1, [(1, 0.5, 0.5)], [{**step1, "copo_correct": 0.4166}]),
+             _write_run(tmp_path, "copo", 2, [(0, 0.5, 0.5)], [step1])]  # nothing to compare with
+    runs = lc.summarize(type("A", (), {"out": tmp_path, "methods": ["copo", "grpo", "dapo"]}), infos)["runs"]
+    assert lc.first_batch_agreement(runs) == {0: True, 1: False}
 
 
 def test_copo_minus_each_method_is_paired_by_prompt_and_seed(lc, tmp_path):
     """Seed 0: COPO 1101, GRPO 1001 -> d = 0 1 0 0, +0.25, SE sd(d)/2 = 0.5/2 = 0.25; seed 1: COPO 1111, GRPO 1100
     -> +0.5 (SE 0.2887). Over seeds: mean 0.375, sd 0.17678, t(1) 12.706 x 0.17678 / sqrt 2 = 1.588 half-width."""
-    infos = [_write_run(tmp_path, "copo", 0, [(0, 0.2), (6, 0.5)], [], "1101"),
-             _write_run(tmp_path, "grpo", 0, [(0, 0.2), (6, 0.5)], [], "1001"),
-             _write_run(tmp_path, "copo", 1, [(0, 0.2), (6, 0.5)], [], "1111"),
-             _write_run(tmp_path, "grpo", 1, [(0, 0.2), (6, 0.5)], [], "1100")]
+    infos = [_write_run(tmp_path, "copo", 0, [(0, 0.2, 0.2), (6, 0.5, 0.5)], [], "1101"),
+             _write_run(tmp_path, "grpo", 0, [(6, 0.5, 0.5)], [], "1001"),
+             _write_run(tmp_path, "copo", 1, [(0, 0.2, 0.2), (6, 0.5, 0.5)], [], "1111"),
+             _write_run(tmp_path, "grpo", 1, [(6, 0.5, 0.5)], [], "1100")]
     args = type("A", (), {"out": tmp_path, "methods": ["copo", "grpo"]})
     result = lc.summarize(args, infos)
     p = result["paired"]["grpo"]
@@ -81,8 +112,8 @@ def test_copo_minus_each_method_is_paired_by_prompt_and_seed(lc, tmp_path):
     assert p["per_seed"][0]["se"] == pytest.approx(0.25)
     assert p["mean"] == pytest.approx(0.375)
     assert p["ci95"][1] - p["mean"] == pytest.approx(12.706 * 0.1767767 / 2 ** 0.5, rel=1e-5)
-    result["settings"] = {"steps": 6, "prompts_per_step": 6, "samples_per_prompt": 4, "n_test": 4, "eval_k": 2,
-                          "seeds": 2}
+    result["settings"] = {"steps": 6, "prompts_per_step": 6, "samples_per_prompt": 4, "n_test": 4, "n_sampled": 2,
+                          "eval_k": 2, "seeds_run": [0, 1], "machine_hours": 0.1}
     result["environment"] = {"date": "d", "machine": "m", "versions": {}}
     assert "| grpo | seed 0: +0.250 +- 0.250 (1 prompts only COPO solved, 0 only grpo); seed 1: +0.500 +- 0.289 " \
            "(2 prompts only COPO solved, 0 only grpo) | +0.375 |" in lc.markdown(result)

@@ -50,6 +50,7 @@ def load_weights(path) -> dict:
 #: --ds.param_dtype), and logs to wandb in offline mode (no network), as a user turning wandb on would.
 FIRST_RUN_EXTRA = ("--eval.steps", "2", "--eval.n_samples_per_prompt", "2", "--eval.temperature", "1.0",
                    "--copo.eval_before_train", "--copo.eval_greedy", "--copo.eval_sampled_prompts", "3",
+                   "--copo.seeded_rollouts",
                    "--ds.param_dtype", "fp32",
                    "--logger.wandb.key", "offline-not-a-key", "--logger.wandb.project", "copo-e2e",
                    "--logger.wandb.run_name", "e2e")
@@ -153,9 +154,14 @@ def test_checkpoint_resumes_from_the_saved_step_with_the_same_settings(run):
     refused = train(tmp, model, data, 6, "--copo.gamma", "5", "--ds.param_dtype", "fp32")
     assert refused.returncode == 2
     assert "was saved with other COPO settings (gamma: 20.0 -> 5.0)" in refused.stderr.strip().splitlines()[-1]
-    resumed = train(tmp, model, data, 6, "--ds.param_dtype", "fp32")
+    # with an evaluation every 2 steps, step 3 is evaluated only because it is the last (--copo.eval_after_train)
+    resumed = train(tmp, model, data, 6, "--ds.param_dtype", "fp32", "--eval.dataset", str(data), "--eval.steps", "2",
+                    "--copo.eval_greedy", "--copo.eval_after_train")
     assert resumed.returncode == 0, (tmp / "train.log").read_text()[-4000:]
     assert [r["step"] for r in metrics(tmp)] == [1, 2, 3]  # went on at step 3, did not redo 1-2
+    assert [r["prompts_consumed"] for r in metrics(tmp)] == [2, 4, 6]  # generated samples: x 4
+    assert [r["step"] for r in all_rows(tmp) if r.get("eval")] == [0, 2, 3]
+    assert len(all_rows(tmp)[-1]["eval_default_greedy_outcomes"]) == 6
     # the resumed run's engine samples step 3 with the checkpoint's weights (synced after loading them)
     assert_synced_after_updates(metrics(tmp), at_least=1)
 

@@ -122,3 +122,14 @@ def test_a_cluster_without_any_gpu_slot_is_refused_in_one_line(tmp_path):
             device.probe_cluster(f"127.0.0.1:{port}", timeout_s=60)
     finally:
         subprocess.run(["bash", *script, "stop"], env=env, capture_output=True, text=True, timeout=180)
+
+
+def test_seeded_rollouts_reach_every_worker_as_the_runs_seed(load_args):
+    """`--copo.seeded_rollouts` travels to the vLLM engine processes as ROLLOUT_SEED_ENV = --train.seed; without
+    it the variable is not set, and the engines draw as OpenRLHF's do."""
+    from openrlhf_copo.contract import ROLLOUT_SEED_ENV
+
+    args = load_args(copo_argv("--copo.seeded_rollouts", "--train.seed", "7", "--copo.device", "cuda"))
+    assert driver.ray_init_kwargs(args, {})["runtime_env"]["env_vars"][ROLLOUT_SEED_ENV] == "7"
+    args = load_args(copo_argv("--copo.device", "cuda"))
+    assert ROLLOUT_SEED_ENV not in driver.ray_init_kwargs(args, {})["runtime_env"].get("env_vars", {})

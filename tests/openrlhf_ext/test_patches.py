@@ -46,3 +46,95 @@ def test_a_tokenizer_without_a_local_folder_travels_as_itself(tokenizer):
     hub = copy.deepcopy(tokenizer)
     hub.name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"  # nothing on disk to load it from
     assert TokenizerByPath.of(hub) is hub
+
+
+# --- Patch 7's seeded rollouts (`--copo.seeded_rollouts`) ---
+
+from openrlhf_copo.contract import ROLLOUT_SEED_ENV  # noqa: E402
+from openrlhf_copo.openrlhf_ext import patches  # noqa: E402
+
+
+@pytest.fixture
+def fresh_draws(monkeypatch):
+    monkeypatch.setattr(patches, "_draws", {})
+
+
+def test_seeded_rollouts_give_each_draw_of_a_prompt_its_own_reproducible_seed(monkeypatch, fresh_draws):
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=1.0, max_tokens=8)
+    assert patches.seeded_sampling_params(params, "2+2=") is params  # off: OpenRLHF's draws, untouched
+    monkeypatch.setenv(ROLLOUT_SEED_ENV, "42")
+    first = [patches.seeded_sampling_params(params, "2+2=").seed for _ in range(3)]
+    other_prompt = patches.seeded_sampling_params(params, "3+3=").seed
+    assert params.seed is None  # a copy is seeded, not the shared object
+    assert len(set(first + [other_prompt])) == 4 and all(0 <= s < 2 ** 31 for s in first)
+    monkeypatch.setattr(patches, "_draws", {})  # another run (process) with the same seed: the same seeds
+    assert [patches.seeded_sampling_params(params, "2+2=").seed for _ in range(3)] == first
+    monkeypatch.setattr(patches, "_draws", {})
+    monkeypatch.setenv(ROLLOUT_SEED_ENV, "43")
+    assert patches.seeded_sampling_params(params, "2+2=").seed != first[0]
+    greedy, own = SamplingParams(temperature=0.0, max_tokens=8), SamplingParams(temperature=1.0, seed=5, max_tokens=8)
+    assert patches.seeded_sampling_params(greedy, "2+2=") is greedy and patches.seeded_sampling_params(own, "x") is own
+
+
+SAME_DRAW_WHATEVER_THE_BATCH = r"""
+import json, os, sys
+os.environ["OPENRLHF_COPO_ROLLOUT_SEED"] = "7"
+from vllm import LLM, SamplingParams
+from openrlhf_copo.openrlhf_ext import patches
+
+llm = LLM(model=sys.argv[1], dtype="float32", enforce_eager=True, max_model_len=128, seed=0)
+params = SamplingParams(temperature=1.0, max_tokens=12)
+
+def run(prompts):
+    patches._draws.clear()  # a fresh run: draw 0 of each prompt
+    outs = llm.generate(prompts, [patches.seeded_sampling_params(params, p) for p in prompts], use_tqdm=False)
+    return {p: list(o.outputs[0].token_ids) for p, o in zip(prompts, outs)}
+
+alone = run(["12+7="])
+batched = run(["3*4=", "12+7=", "100-1=", "5+5="])
+patches._draws.clear()
+draws = [list(o.outputs[0].token_ids) for o in llm.generate(["12+7="] * 2, [patches.seeded_sampling_params(params, "12+7=")
+         for _ in range(2)], use_tqdm=False)]
+print("RESULT", json.dumps({"alone": alone["12+7="], "batched": batched["12+7="], "draws": draws}))
+"""
+
+
+def test_a_seeded_draw_is_the_same_alone_or_in_a_batch_in_the_real_vllm(tmp_path):
+    """vLLM's per-request seed on the CPU: the same prompt's first draw comes out the same when sent alone and
+    amid other prompts (unseeded, the engine's one generator serves the batch in arrival order), and the
+    prompt's second draw is another response."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from openrlhf_copo.openrlhf_ext.cpu import loopback_env
+
+    model = tiny_qwen2(tmp_path / "model")
+    out = subprocess.run([sys.executable, "-c", SAME_DRAW_WHATEVER_THE_BATCH, model], capture_output=True, text=True,
+                         timeout=600, env={**os.environ, **loopback_env(), "HF_HUB_OFFLINE": "1"})
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, (out.stdout + out.stderr)[-4000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert len(result["alone"]) == 12 and result["alone"] == result["batched"]
+    assert result["draws"][0] == result["alone"] and result["draws"][1] != result["draws"][0]
+
+
+# --- Patch 4's end-of-training evaluation (`--copo.eval_after_train`) ---
+
+
+@pytest.mark.parametrize("episode, consumed, buffer, last", [
+    (1, 24, [], True),            # last episode, all 2 x 12 prompts drawn, nothing waiting
+    (1, 23, [], False),           # a prompt still to draw
+    (0, 24, [], False),           # not the last episode
+    (1, 30, ["sample"], False),   # DAPO: responses still in the buffer make another step
+])
+def test_the_last_step_is_known_when_it_is_logged(episode, consumed, buffer, last):
+    from types import SimpleNamespace as NS
+
+    trainer = NS(args=NS(train=NS(num_episodes=2)), prompts_dataloader=list(range(12)),
+                 samples_generator=NS(_sample_buffer=buffer))
+    assert patches.is_last_step(trainer, {"episode": episode, "total_consumed_prompts": consumed}) is last
+    assert not patches.is_last_step(trainer, None)
