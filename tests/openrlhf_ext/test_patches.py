@@ -84,7 +84,10 @@ os.environ["OPENRLHF_COPO_ROLLOUT_SEED"] = "7"
 from vllm import LLM, SamplingParams
 from openrlhf_copo.openrlhf_ext import patches
 
-llm = LLM(model=sys.argv[1], dtype="float32", enforce_eager=True, max_model_len=128, seed=0)
+# A token budget of one max-length prompt per step: the batch below (12 prompts of ~40 tokens) does not fit one step,
+# which is where vLLM splits prefills (chunked prefill) and rewinds a seeded request's generator.
+llm = LLM(model=sys.argv[1], dtype="float32", enforce_eager=True, max_model_len=128, max_num_batched_tokens=128,
+          seed=0)
 params = SamplingParams(temperature=1.0, max_tokens=12)
 
 def run(prompts):
@@ -93,7 +96,8 @@ def run(prompts):
     return {p: list(o.outputs[0].token_ids) for p, o in zip(prompts, outs)}
 
 alone = run(["12+7="])
-batched = run(["3*4=", "12+7=", "100-1=", "5+5="])
+batched = run([f"Question {i}: what is {i} times {i + 3}, added to the sum of {i} and 7? Answer:" for i in range(11)]
+              + ["12+7="])
 patches._draws.clear()
 draws = [list(o.outputs[0].token_ids) for o in llm.generate(["12+7="] * 2, [patches.seeded_sampling_params(params, "12+7=")
          for _ in range(2)], use_tqdm=False)]
@@ -104,7 +108,9 @@ print("RESULT", json.dumps({"alone": alone["12+7="], "batched": batched["12+7="]
 def test_a_seeded_draw_is_the_same_alone_or_in_a_batch_in_the_real_vllm(tmp_path):
     """vLLM's per-request seed on the CPU: the same prompt's first draw comes out the same when sent alone and
     amid other prompts (unseeded, the engine's one generator serves the batch in arrival order), and the
-    prompt's second draw is another response."""
+    prompt's second draw is another response. The batch does not fit one step's token budget: on a
+    chunked-prefill engine vLLM would rewind the seeded generator of a split prefill, which a CPU generator cannot
+    (the engine died: "CPU Generator does not use offset"); the CPU path schedules prefills whole."""
     import json
     import os
     import subprocess
