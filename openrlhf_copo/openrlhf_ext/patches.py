@@ -375,6 +375,18 @@ def apply_eval_generation() -> None:
 
     @functools.wraps(original)
     def generate_eval_samples(self, **generate_kwargs):
+        import torch
+
+        # The training prompts' order comes from this process's torch generator (OpenRLHF's prompt loader
+        # shuffles with a RandomSampler), and every DataLoader iterator draws its base seed from it: unrestored,
+        # an evaluation (e.g. --copo.eval_before_train in one run and not another) reorders the training prompts.
+        rng = torch.get_rng_state()
+        try:
+            return _generate_eval_samples(self, **generate_kwargs)
+        finally:
+            torch.set_rng_state(rng)
+
+    def _generate_eval_samples(self, **generate_kwargs):
         from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 
         copo = getattr(self.args, "copo", None)

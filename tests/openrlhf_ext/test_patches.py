@@ -144,3 +144,43 @@ def test_the_last_step_is_known_when_it_is_logged(episode, consumed, buffer, las
                  samples_generator=NS(_sample_buffer=buffer))
     assert patches.is_last_step(trainer, {"episode": episode, "total_consumed_prompts": consumed}) is last
     assert not patches.is_last_step(trainer, None)
+
+
+# --- Patch 8: an evaluation leaves the training prompts' order as it was ---
+
+EVAL_KEEPS_THE_PROMPT_ORDER = r"""
+import torch
+from types import SimpleNamespace as NS
+from torch.utils.data import DataLoader
+from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+from openrlhf_copo.openrlhf_ext import patches
+
+prompts = DataLoader(list(range(50)), batch_size=1, shuffle=True)  # OpenRLHF's prompt loader: a RandomSampler
+order = lambda: [int(x) for x in prompts]
+torch.manual_seed(0)
+expected = order()
+generator = SamplesGenerator.__new__(SamplesGenerator)
+generator.args = NS(copo=NS(eval_sampled_prompts=0, eval_greedy=True), vllm=NS(enable_sleep=False))
+generator.eval_dataloader = DataLoader(list(range(4)), batch_size=1)
+generator._generate_vllm = lambda it, n, filtering, **kw: ([next(it) for _ in range(n)], n, False)
+torch.manual_seed(0)
+list(generator.eval_dataloader)  # what any pass over the held-out loader does
+print("a pass over the held-out set:", "same order" if order() == expected else "reordered")
+patches.apply_eval_generation()
+torch.manual_seed(0)
+generator.generate_eval_samples(temperature=1.0, n_samples_per_prompt=2)
+print("patched evaluation:", "same order" if order() == expected else "reordered")
+"""
+
+
+def test_an_evaluation_does_not_reorder_the_training_prompts():
+    """OpenRLHF's own evaluation draws from the trainer's torch generator (each DataLoader iterator takes a seed
+    from it), so a run that evaluated at step 0 trained on its prompts in another order than one that did not:
+    the benchmark's COPO and GRPO runs of one seed began from different batches. Patch 8 restores the state."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", EVAL_KEEPS_THE_PROMPT_ORDER], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [line for line in out.stdout.splitlines() if line.startswith(("a pass", "patched"))] == ["a pass over the held-out set: reordered",
+                                           "patched evaluation: same order"], out.stdout + out.stderr[-2000:]
