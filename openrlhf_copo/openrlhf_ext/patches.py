@@ -35,8 +35,10 @@ A monkeypatch made in the driver never reaches Ray actor processes, where these 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
 import inspect
+import os
 import time
 from typing import Optional
 
@@ -239,13 +241,9 @@ def seeded_sampling_params(sampling_params, prompt):
     asynchronous request: two runs from the same model with the same --train.seed draw different first rollout
     batches. With a seed per request, the i-th response to a prompt is the same in both (up to floating-point
     differences between batch shapes), which is what a paired comparison of methods needs."""
-    import os
-
     run_seed = os.environ.get(ROLLOUT_SEED_ENV)
     if run_seed is None or getattr(sampling_params, "seed", None) is not None or not sampling_params.temperature > 0:
         return sampling_params
-    import hashlib
-
     key = hashlib.sha256(str(prompt).encode()).digest()[:8]
     draw = _draws.get(key, 0)
     _draws[key] = draw + 1
@@ -434,8 +432,6 @@ class TokenizerByPath:
     @classmethod
     def of(cls, tokenizer):
         """The stand-in, or the tokenizer itself when it was not loaded from a local folder (nothing to load)."""
-        import os
-
         return cls(tokenizer) if os.path.isdir(str(getattr(tokenizer, "name_or_path", ""))) else tokenizer
 
     def __reduce__(self):
@@ -571,8 +567,6 @@ def append_metrics(path: str, step: int, logs: dict, text: Optional[dict] = None
     ``text`` (an evaluation's per-prompt outcomes) as they are."""
     import json
     import math
-    import os
-    import time
 
     row = {"step": int(step), "time": time.time()}
     for k, v in logs.items():
