@@ -22,7 +22,8 @@ logging, evaluation and rollout speed:
    `--copo.seeded_rollouts`, each sampled response gets its own vLLM seed (`seeded_sampling_params`).
 8. `SamplesGenerator.generate_eval_samples`: the held-out prompts go to vLLM in one call (OpenRLHF
    sends them `--rollout.batch_size` at a time), first greedily with `--copo.eval_greedy`, then
-   sampled, on the first `--copo.eval_sampled_prompts` prompts if set.
+   sampled, on the first `--copo.eval_sampled_prompts` prompts if set. Patches 5 and 8 leave the torch
+   generator as they found it (`torch_generator_kept`): an evaluation does not reorder the training prompts.
 9. `SamplesGenerator._dispatch_prompts_to_vllm`: the tokenizer that OpenRLHF sends along with every
    prompt travels as its path (`TokenizerByPath`), loaded once per vLLM engine process.
 
@@ -34,6 +35,7 @@ A monkeypatch made in the driver never reaches Ray actor processes, where these 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -282,6 +284,26 @@ _last_step = {"step": 0, "metrics_file": None}
 _eval_under_way: dict = {}
 
 
+@contextlib.contextmanager
+def torch_generator_kept():
+    """Restores this process's global torch generator on exit (patches 5 and 8, around all of an evaluation).
+
+    Why: the training prompts' order comes from that generator (OpenRLHF's prompt loader shuffles with a
+    RandomSampler, seeded from it when the loader's iterator is made, at the first step), and every DataLoader
+    iterator draws its base seed from it, a pass over the held-out loader included. An evaluation that drew from
+    it (`--copo.eval_before_train` in one run and not in another) would train the two runs on their prompts in
+    different orders: the benchmark's COPO run (step-0 evaluation) and GRPO run of one seed began from
+    different batches, first through the generation (patch 8) and, once that was fixed, through
+    `compute_eval_metrics` (patch 5)."""
+    import torch
+
+    state = torch.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(state)
+
+
 def apply_eval_majority() -> None:
     """Patch 5, in Ray workers only: OpenRLHF's in-training evaluation (`--eval.dataset`) also reports
     mean@k, its standard error and maj@k per data source (`eval_<source>_mean<k>`, `..._mean<k>_se`,
@@ -295,6 +317,10 @@ def apply_eval_majority() -> None:
 
     @functools.wraps(original)
     def compute_eval_metrics(eval_dataloader, samples_list, n_samples_per_prompt):
+        with torch_generator_kept():  # OpenRLHF's metrics and ours each pass over the held-out loader
+            return _compute_eval_metrics(eval_dataloader, samples_list, n_samples_per_prompt)
+
+    def _compute_eval_metrics(eval_dataloader, samples_list, n_samples_per_prompt):
         logs = original(eval_dataloader, samples_list, n_samples_per_prompt)
         if samples_list and all(ANSWER_ID in s.info for s in samples_list):
             logs.update(eval_majority_logs(eval_dataloader, samples_list, n_samples_per_prompt))
@@ -373,16 +399,8 @@ def apply_eval_generation() -> None:
 
     @functools.wraps(original)
     def generate_eval_samples(self, **generate_kwargs):
-        import torch
-
-        # The training prompts' order comes from this process's torch generator (OpenRLHF's prompt loader
-        # shuffles with a RandomSampler), and every DataLoader iterator draws its base seed from it: unrestored,
-        # an evaluation (e.g. --copo.eval_before_train in one run and not another) reorders the training prompts.
-        rng = torch.get_rng_state()
-        try:
+        with torch_generator_kept():
             return _generate_eval_samples(self, **generate_kwargs)
-        finally:
-            torch.set_rng_state(rng)
 
     def _generate_eval_samples(self, **generate_kwargs):
         from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call

@@ -146,12 +146,13 @@ def test_the_last_step_is_known_when_it_is_logged(episode, consumed, buffer, las
     assert not patches.is_last_step(trainer, None)
 
 
-# --- Patch 8: an evaluation leaves the training prompts' order as it was ---
+# --- Patches 5 and 8: an evaluation leaves the training prompts' order as it was ---
 
 EVAL_KEEPS_THE_PROMPT_ORDER = r"""
 import torch
 from types import SimpleNamespace as NS
 from torch.utils.data import DataLoader
+from openrlhf.trainer.ppo_trainer import PPOTrainer
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 from openrlhf_copo.openrlhf_ext import patches
 
@@ -159,28 +160,49 @@ prompts = DataLoader(list(range(50)), batch_size=1, shuffle=True)  # OpenRLHF's 
 order = lambda: [int(x) for x in prompts]
 torch.manual_seed(0)
 expected = order()
+
+# OpenRLHF's own PPOTrainer.evaluate, on a held-out loader of OpenRLHF's row layout (datasource, prompt, label,
+# image), with samples that carry what compute_eval_metrics reads; only vLLM is left out
+held_out = [("arith", f"prompt {i}", "1", None) for i in range(4)]
 generator = SamplesGenerator.__new__(SamplesGenerator)
-generator.args = NS(copo=NS(eval_sampled_prompts=0, eval_greedy=True), vllm=NS(enable_sleep=False))
-generator.eval_dataloader = DataLoader(list(range(4)), batch_size=1)
-generator._generate_vllm = lambda it, n, filtering, **kw: ([next(it) for _ in range(n)], n, False)
-torch.manual_seed(0)
-list(generator.eval_dataloader)  # what any pass over the held-out loader does
-print("a pass over the held-out set:", "same order" if order() == expected else "reordered")
+generator.args = NS(copo=NS(eval_sampled_prompts=0, eval_greedy=False), vllm=NS(enable_sleep=False),
+                    rollout=NS(batch_size=2))
+generator.eval_dataloader = DataLoader(held_out, batch_size=1, collate_fn=lambda rows: tuple(zip(*rows)))
+def generate(dataloader_iter, num_prompts, dynamic_filtering, n_samples_per_prompt=1, **kw):
+    rows = [next(dataloader_iter, None) for _ in range(num_prompts)]
+    rows = [r for r in rows if r is not None]
+    samples = [NS(prompts=[r[1][0]], rewards=1.0, response_length=None, truncated=None, info={})
+               for r in rows for _ in range(n_samples_per_prompt)]
+    return samples, len(rows), len(rows) < num_prompts
+generator._generate_vllm = generate
+evaluate = PPOTrainer.__ray_actor_class__.evaluate  # PPOTrainer is a Ray actor class: its method, unwrapped
+trainer = NS(samples_generator=generator, eval_dataloader=generator.eval_dataloader,
+             wandb_logger=None, tensorboard_logger=None)
+
+def evaluation():
+    torch.manual_seed(0)
+    logs = evaluate(trainer, 0, temperature=1.0, n_samples_per_prompt=2)
+    assert logs["eval_arith_pass1"] == 1.0, logs
+    return "same order" if order() == expected else "reordered"
+
+print("OpenRLHF's evaluation:", evaluation())
 patches.apply_eval_generation()
-torch.manual_seed(0)
-generator.generate_eval_samples(temperature=1.0, n_samples_per_prompt=2)
-print("patched evaluation:", "same order" if order() == expected else "reordered")
+print("with patch 8 only:", evaluation())
+patches.apply_eval_majority()
+print("with patches 5 and 8:", evaluation())
 """
 
 
 def test_an_evaluation_does_not_reorder_the_training_prompts():
     """OpenRLHF's own evaluation draws from the trainer's torch generator (each DataLoader iterator takes a seed
     from it), so a run that evaluated at step 0 trained on its prompts in another order than one that did not:
-    the benchmark's COPO and GRPO runs of one seed began from different batches. Patch 8 restores the state."""
+    the benchmark's COPO and GRPO runs of one seed began from different batches. The generation (patch 8) and
+    the metrics (patch 5) each pass over the held-out loader; the fix of the first alone left the runs apart."""
     import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "-c", EVAL_KEEPS_THE_PROMPT_ORDER], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert [line for line in out.stdout.splitlines() if line.startswith(("a pass", "patched"))] == ["a pass over the held-out set: reordered",
-                                           "patched evaluation: same order"], out.stdout + out.stderr[-2000:]
+    assert [line for line in out.stdout.splitlines() if line.startswith(("OpenRLHF", "with"))] == [
+        "OpenRLHF's evaluation: reordered", "with patch 8 only: reordered",
+        "with patches 5 and 8: same order"], out.stdout + out.stderr[-2000:]
