@@ -1,7 +1,7 @@
 """Every place openrlhf_copo touches OpenRLHF, applied by `apply()`.
 
-Three patches that make COPO (each a no-op unless the run's estimator is one of COPO's), and six for
-logging, evaluation and rollout speed:
+Three patches that make COPO (each a no-op unless the run's estimator is one of COPO's), and seven for
+logging, evaluation, rollout speed and reproducibility:
 
 1. `RemoteExperienceMaker.compute_advantages_and_returns` -> `advantages.copo_compute_advantages_and_returns`
    (COPO's advantages over the whole rollout batch, on the controller);
@@ -22,10 +22,10 @@ logging, evaluation and rollout speed:
    `--copo.seeded_rollouts`, each sampled response gets its own vLLM seed (`seeded_sampling_params`).
 8. `SamplesGenerator.generate_eval_samples`: the held-out prompts go to vLLM in one call (OpenRLHF
    sends them `--rollout.batch_size` at a time), first greedily with `--copo.eval_greedy`, then
-   sampled, on the first `--copo.eval_sampled_prompts` prompts if set. Patches 5 and 8 leave the torch
-   generator as they found it (`torch_generator_kept`): an evaluation does not reorder the training prompts.
+   sampled, on the first `--copo.eval_sampled_prompts` prompts if set.
 9. `SamplesGenerator._dispatch_prompts_to_vllm`: the tokenizer that OpenRLHF sends along with every
    prompt travels as its path (`TokenizerByPath`), loaded once per vLLM engine process.
+10. `prepare_datasets`: the training prompts are shuffled by `--train.seed` (`seed_prompt_order`).
 
 A monkeypatch made in the driver never reaches Ray actor processes, where these classes run.
 `worker_hook.ray_worker_setup` is therefore registered as Ray's `worker_process_setup_hook` (see
@@ -35,7 +35,6 @@ A monkeypatch made in the driver never reaches Ray actor processes, where these 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -255,12 +254,13 @@ def seeded_sampling_params(sampling_params, prompt):
 
 
 def patch_ppo_trainer(module) -> None:
-    """Patches 4-6, 8 and 9 into a loaded `openrlhf.trainer.ppo_trainer` (Ray workers only: see `apply_metrics_file`)."""
+    """Patches 4-6 and 8-10 into a loaded `openrlhf.trainer.ppo_trainer` (Ray workers only: see `apply_metrics_file`)."""
     apply_metrics_file()
     apply_eval_majority()
     apply_eval_before_train()
     apply_eval_generation()
     apply_tokenizer_by_path()
+    apply_seeded_prompt_order()
 
 
 def apply() -> bool:
@@ -284,24 +284,38 @@ _last_step = {"step": 0, "metrics_file": None}
 _eval_under_way: dict = {}
 
 
-@contextlib.contextmanager
-def torch_generator_kept():
-    """Restores this process's global torch generator on exit (patches 5 and 8, around all of an evaluation).
+def seed_prompt_order(prompts_dataloader, seed: int) -> None:
+    """Makes the training prompts' order a function of ``seed`` alone (patch 10).
 
-    Why: the training prompts' order comes from that generator (OpenRLHF's prompt loader shuffles with a
-    RandomSampler, seeded from it when the loader's iterator is made, at the first step), and every DataLoader
-    iterator draws its base seed from it, a pass over the held-out loader included. An evaluation that drew from
-    it (`--copo.eval_before_train` in one run and not in another) would train the two runs on their prompts in
-    different orders: the benchmark's COPO run (step-0 evaluation) and GRPO run of one seed began from
-    different batches, first through the generation (patch 8) and, once that was fixed, through
-    `compute_eval_metrics` (patch 5)."""
-    import torch
+    OpenRLHF 0.11.2 builds the prompt loader in the PPOTrainer actor, where torch.distributed is not initialized,
+    so `setup_dataloader` returns a torchdata StatefulDataLoader whose RandomSampler seeds its own generator, when
+    it is built, from the process's global torch generator: nothing seeds that one with --train.seed in that
+    process, so the order depended on what the process had drawn before. (OpenRLHF's distributed branch gives
+    `DistributedSampler(seed=strategy.seed)`; this gives the controller's branch the same property.) Found when
+    the benchmark's COPO and GRPO runs of one seed, same flags but the estimator, drew different first batches.
+    A resumed run then restores the sampler's state from its checkpoint as before."""
+    generator = getattr(getattr(prompts_dataloader, "sampler", None), "generator", None)
+    if generator is not None:
+        generator.manual_seed(int(seed))
 
-    state = torch.get_rng_state()
-    try:
-        yield
-    finally:
-        torch.set_rng_state(state)
+
+def apply_seeded_prompt_order() -> None:
+    """Patch 10, in Ray workers only: `prepare_datasets` (the PPOTrainer actor's prompt and held-out loaders)
+    hands back a prompt loader shuffled by --train.seed (`seed_prompt_order`)."""
+    import openrlhf.trainer.ppo_trainer as ppo_trainer
+
+    original = ppo_trainer.prepare_datasets
+    if getattr(original, _PATCHED_ATTR, False):
+        return
+
+    @functools.wraps(original)
+    def prepare_datasets(strategy, tokenizer):
+        prompts_dataloader, eval_dataloader, max_steps = original(strategy, tokenizer)
+        seed_prompt_order(prompts_dataloader, strategy.args.train.seed)
+        return prompts_dataloader, eval_dataloader, max_steps
+
+    setattr(prepare_datasets, _PATCHED_ATTR, True)
+    ppo_trainer.prepare_datasets = prepare_datasets
 
 
 def apply_eval_majority() -> None:
@@ -317,10 +331,6 @@ def apply_eval_majority() -> None:
 
     @functools.wraps(original)
     def compute_eval_metrics(eval_dataloader, samples_list, n_samples_per_prompt):
-        with torch_generator_kept():  # OpenRLHF's metrics and ours each pass over the held-out loader
-            return _compute_eval_metrics(eval_dataloader, samples_list, n_samples_per_prompt)
-
-    def _compute_eval_metrics(eval_dataloader, samples_list, n_samples_per_prompt):
         logs = original(eval_dataloader, samples_list, n_samples_per_prompt)
         if samples_list and all(ANSWER_ID in s.info for s in samples_list):
             logs.update(eval_majority_logs(eval_dataloader, samples_list, n_samples_per_prompt))
@@ -399,10 +409,6 @@ def apply_eval_generation() -> None:
 
     @functools.wraps(original)
     def generate_eval_samples(self, **generate_kwargs):
-        with torch_generator_kept():
-            return _generate_eval_samples(self, **generate_kwargs)
-
-    def _generate_eval_samples(self, **generate_kwargs):
         from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 
         copo = getattr(self.args, "copo", None)

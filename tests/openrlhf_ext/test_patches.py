@@ -1,11 +1,13 @@
 """Patch 9: the tokenizer OpenRLHF sends with every prompt travels as its path, loaded once per process."""
 
+import os
 import pickle
 
 import pytest
 
 from openrlhf_copo.embedded.models import tiny_qwen2
 from openrlhf_copo.openrlhf_ext.patches import _TOKENIZERS, TokenizerByPath
+from tests_support import copo_argv
 
 
 @pytest.fixture(scope="module")
@@ -146,63 +148,52 @@ def test_the_last_step_is_known_when_it_is_logged(episode, consumed, buffer, las
     assert not patches.is_last_step(trainer, None)
 
 
-# --- Patches 5 and 8: an evaluation leaves the training prompts' order as it was ---
+# --- Patch 10: the training prompts' order comes from --train.seed ---
 
-EVAL_KEEPS_THE_PROMPT_ORDER = r"""
-import torch
-from types import SimpleNamespace as NS
-from torch.utils.data import DataLoader
-from openrlhf.trainer.ppo_trainer import PPOTrainer
-from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+PROMPT_ORDER = r"""
+import json, sys, torch
+import openrlhf.trainer.ppo_trainer as ppo_trainer
+from openrlhf.utils import get_strategy, get_tokenizer
+from openrlhf_copo.cli.train_ppo_ray import load_args
 from openrlhf_copo.openrlhf_ext import patches
 
-prompts = DataLoader(list(range(50)), batch_size=1, shuffle=True)  # OpenRLHF's prompt loader: a RandomSampler
-order = lambda: [int(x) for x in prompts]
-torch.manual_seed(0)
-expected = order()
+argv, model = json.loads(sys.argv[1]), sys.argv[2]
 
-# OpenRLHF's own PPOTrainer.evaluate, on a held-out loader of OpenRLHF's row layout (datasource, prompt, label,
-# image), with samples that carry what compute_eval_metrics reads; only vLLM is left out
-held_out = [("arith", f"prompt {i}", "1", None) for i in range(4)]
-generator = SamplesGenerator.__new__(SamplesGenerator)
-generator.args = NS(copo=NS(eval_sampled_prompts=0, eval_greedy=False), vllm=NS(enable_sleep=False),
-                    rollout=NS(batch_size=2))
-generator.eval_dataloader = DataLoader(held_out, batch_size=1, collate_fn=lambda rows: tuple(zip(*rows)))
-def generate(dataloader_iter, num_prompts, dynamic_filtering, n_samples_per_prompt=1, **kw):
-    rows = [next(dataloader_iter, None) for _ in range(num_prompts)]
-    rows = [r for r in rows if r is not None]
-    samples = [NS(prompts=[r[1][0]], rewards=1.0, response_length=None, truncated=None, info={})
-               for r in rows for _ in range(n_samples_per_prompt)]
-    return samples, len(rows), len(rows) < num_prompts
-generator._generate_vllm = generate
-evaluate = PPOTrainer.__ray_actor_class__.evaluate  # PPOTrainer is a Ray actor class: its method, unwrapped
-trainer = NS(samples_generator=generator, eval_dataloader=generator.eval_dataloader,
-             wandb_logger=None, tensorboard_logger=None)
+def first_prompts(seed, drawn_before):
+    # OpenRLHF's own prompt loader, built as in the PPOTrainer actor (torch.distributed not initialized there),
+    # after the process's global torch generator drew `drawn_before` numbers
+    args = load_args(argv + ["--train.seed", str(seed)])
+    strategy = get_strategy(args)
+    tokenizer = get_tokenizer(model, None, "left", strategy)
+    torch.manual_seed(1234)
+    torch.rand(drawn_before)
+    prompts_dataloader, _, _ = ppo_trainer.prepare_datasets(strategy, tokenizer)
+    return [p for _, batch, _, _ in prompts_dataloader for p in batch][:8]
 
-def evaluation():
-    torch.manual_seed(0)
-    logs = evaluate(trainer, 0, temperature=1.0, n_samples_per_prompt=2)
-    assert logs["eval_arith_pass1"] == 1.0, logs
-    return "same order" if order() == expected else "reordered"
-
-print("OpenRLHF's evaluation:", evaluation())
-patches.apply_eval_generation()
-print("with patch 8 only:", evaluation())
-patches.apply_eval_majority()
-print("with patches 5 and 8:", evaluation())
+unpatched = first_prompts(0, 0) == first_prompts(0, 3)
+patches.apply_seeded_prompt_order()
+patched = first_prompts(0, 0) == first_prompts(0, 3)
+print("RESULT", json.dumps({"unpatched_same": unpatched, "patched_same": patched,
+                            "seed_1_differs": first_prompts(1, 0) != first_prompts(0, 0)}))
 """
 
 
-def test_an_evaluation_does_not_reorder_the_training_prompts():
-    """OpenRLHF's own evaluation draws from the trainer's torch generator (each DataLoader iterator takes a seed
-    from it), so a run that evaluated at step 0 trained on its prompts in another order than one that did not:
-    the benchmark's COPO and GRPO runs of one seed began from different batches. The generation (patch 8) and
-    the metrics (patch 5) each pass over the held-out loader; the fix of the first alone left the runs apart."""
+def test_the_training_prompts_order_follows_the_seed_not_the_process(tmp_path, tiny_model_dir):
+    """OpenRLHF builds the prompt loader in the PPOTrainer actor, where its sampler seeds itself from the
+    process's global torch generator, which nothing there seeds with --train.seed: the benchmark's COPO and GRPO
+    runs of one seed drew different first batches. With patch 10, two processes that drew differently before
+    build the same order, and another --train.seed gives another order."""
+    import json
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", EVAL_KEEPS_THE_PROMPT_ORDER], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert [line for line in out.stdout.splitlines() if line.startswith(("OpenRLHF", "with"))] == [
-        "OpenRLHF's evaluation: reordered", "with patch 8 only: reordered",
-        "with patches 5 and 8: same order"], out.stdout + out.stderr[-2000:]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"What is {i} + {i}?", "label": str(2 * i)}) + "\n" for i in range(40)))
+    argv = copo_argv("--data.prompt_dataset", str(data), "--data.input_key", "prompt", "--data.label_key", "label",
+                     model=tiny_model_dir)
+    out = subprocess.run([sys.executable, "-c", PROMPT_ORDER, json.dumps(argv), tiny_model_dir],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, (out.stdout + out.stderr)[-4000:]
+    assert json.loads(lines[-1][len("RESULT "):]) == {"unpatched_same": False, "patched_same": True,
+                                                       "seed_1_differs": True}

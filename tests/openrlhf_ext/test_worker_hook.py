@@ -28,6 +28,7 @@ assert ppo_trainer.BasePPOTrainer.__openrlhf_copo_patched__
 assert ppo_trainer.compute_eval_metrics.__openrlhf_copo_patched__
 assert ppo_trainer.SamplesGenerator.generate_eval_samples.__openrlhf_copo_patched__
 assert ppo_trainer.SamplesGenerator._dispatch_prompts_to_vllm.__openrlhf_copo_patched__
+assert ppo_trainer.prepare_datasets.__openrlhf_copo_patched__
 import torch
 assert torch.cuda.current_device is not None and not getattr(torch.cuda.current_device, "__name__", "") == "<lambda>", \\
     "the CPU path was installed without OPENRLHF_COPO_CPU"
