@@ -282,10 +282,13 @@ def markdown(result: dict) -> str:
         lines += ["", f"Same first rollout batch (step-1 accuracy and answer entropy equal across the methods other "
                       f"than DAPO): seeds {same or 'none'} of {sorted(result['first_batch'])}."]
     if result.get("paired"):
+        one_seed = all(len(p["per_seed"]) == 1 for p in result["paired"].values())
+        over = ("with one seed, the interval is that seed's prompt-level 95% interval: it leaves out the run-to-run "
+                "randomness of training, which only more seeds measure" if one_seed else
+                "over seeds, the mean with a 95% t-interval over seeds")
         lines += ["", "Paired greedy held-out difference at the end of training (same prompts, same number of generated "
-                  "samples), COPO minus each method: per seed, the difference +- its prompt-level SE; over seeds, the "
-                  "mean with a 95% t-interval over seeds:", "", "| COPO minus | per seed | mean | 95% interval |",
-                  "|---|---|---|---|"]
+                  f"samples), COPO minus each method: per seed, the difference +- its prompt-level SE; {over}:", "",
+                  "| COPO minus | per seed | mean | 95% interval |", "|---|---|---|---|"]
         for method, p in result["paired"].items():
             seeds = "; ".join(f"seed {q['seed']}: {q['gain']:+.3f} +- {q['se']:.3f} ({q['gained']} prompts only COPO "
                               f"solved, {q['lost']} only {method})" for q in p["per_seed"])
