@@ -1,4 +1,5 @@
-"""Patch 9: the tokenizer OpenRLHF sends with every prompt travels as its path, loaded once per process."""
+"""Patches 4, 7, 9 and 10: the end-of-training evaluation's last-step test, seeded rollouts (also in the real
+vLLM), the tokenizer sent as its path, and the training prompts' order from --train.seed."""
 
 import os
 import pickle
