@@ -14,8 +14,9 @@ logging, evaluation, rollout speed and reproducibility:
    the run's last step is evaluated even when `--eval.steps` does not divide it;
 5. `compute_eval_metrics`: OpenRLHF's in-training evaluation also reports mean@k, its standard
    error and maj@k, and appends them to the metrics file as a row with `"eval": 1`;
-6. `BasePPOTrainer.init_checkpoint_states`: with `--copo.eval_before_train`, a run that starts
-   from step 0 evaluates once before its first step;
+6. `BasePPOTrainer.init_checkpoint_states` (the start of `fit`): with `--copo.eval_before_train`, a
+   run that starts from step 0 evaluates once before its first step; with `--copo.eval_after_train`,
+   the trainer's prompt draws are watched for the end of the prompts (`watch_prompt_draws`, for patch 4);
 7. the rollout executors' `execute` (`openrlhf.utils.agent`, in the vLLM engine actors): each
    response carries the seed of the engine that sampled it, so that the advantage step can report
    how many engines fed the batch and the weight-sync logprob gap of each engine; with
@@ -511,7 +512,8 @@ def apply_eval_before_train() -> None:
     `PPOTrainer.fit` (a Ray actor class, shipped by value) starts by reading its checkpoint state with
     `BasePPOTrainer.init_checkpoint_states` (resolved in the worker, so patchable here). When that
     state says step 0, the vLLM engines still hold the initial weights: evaluating then measures the
-    starting policy with the same engines, sampling settings and reward as every later evaluation."""
+    starting policy with the same engines, sampling settings and reward as every later evaluation.
+    With `--copo.eval_after_train`, it also starts `watch_prompt_draws` there, for patch 4."""
     from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 
     original = BasePPOTrainer.init_checkpoint_states
@@ -522,6 +524,8 @@ def apply_eval_before_train() -> None:
     def init_checkpoint_states(self):
         states = original(self)
         copo = getattr(self.args, "copo", None)
+        if getattr(copo, "eval_after_train", False):
+            watch_prompt_draws(self)
         if getattr(copo, "eval_before_train", False) and states.get("global_step", 0) == 0:
             _last_step.update(step=0, metrics_file=getattr(copo, "metrics_file", None))
             evaluate_now(self, 0)
@@ -550,31 +554,50 @@ def apply_metrics_file() -> None:
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         path = getattr(getattr(self.args, "copo", None), "metrics_file", None)
         _last_step.update(step=int(global_step), metrics_file=path)
+        self._copo_logged = (int(global_step), (client_states or {}).get("episode"))
         if path and logs_dict:
             consumed = (client_states or {}).get("total_consumed_prompts")
             append_metrics(path, global_step, logs_dict if consumed is None else {**logs_dict, PROMPTS_CONSUMED: consumed})
         result = original_save(self, global_step, logs_dict, client_states)
-        # OpenRLHF evaluates when --eval.steps divides the step, so a run whose last step it does not divide
-        # (DAPO's refills make the step count unknown in advance) ends unevaluated.
-        if (getattr(getattr(self.args, "copo", None), "eval_after_train", False) and global_step % self.args.eval.steps
-                and is_last_step(self, client_states)):
-            evaluate_now(self, global_step)
+        if getattr(self, "_copo_draw_exhausted", False):  # the prompts ran out drawing this step's batch: fit() stops
+            evaluate_last_step(self)
         return result
 
     BasePPOTrainer.save_logs_and_checkpoints = save_logs_and_checkpoints
     BasePPOTrainer.__openrlhf_copo_patched__ = True
 
 
-def is_last_step(trainer, client_states: Optional[dict]) -> bool:
-    """Whether the step just logged is the run's last: its last episode, every prompt of the dataset drawn
-    (`PPOTrainer.fit` counts them in total_consumed_prompts, over all episodes) and no response left in the
-    sample buffer. OpenRLHF's loop only learns this at its next draw, which comes back empty."""
-    generator, loader = getattr(trainer, "samples_generator", None), getattr(trainer, "prompts_dataloader", None)
-    if not client_states or generator is None or loader is None:
-        return False
-    episodes = trainer.args.train.num_episodes
-    return (client_states.get("episode") == episodes - 1 and not getattr(generator, "_sample_buffer", None)
-            and client_states.get("total_consumed_prompts", 0) >= episodes * len(loader))
+def watch_prompt_draws(trainer) -> None:
+    """With `--copo.eval_after_train` (installed at the start of `fit`, patch 6): the run's last step is
+    evaluated even when `--eval.steps` does not divide it. How many steps a run makes is not known in advance
+    (DAPO's filter refills groups from later prompts, and stops when too few are left for a batch), so this
+    watches `PPOTrainer.fit`'s prompt draws, the only place that learns the prompts are used up. Its loop stops
+    after a draw that says so: after training on the draw's batch (the step's logging then evaluates it,
+    `save_logs_and_checkpoints`) or, when the draw came back empty, at once (evaluated here)."""
+    generator = getattr(trainer, "samples_generator", None)
+    if generator is None or getattr(generator.generate_samples, _PATCHED_ATTR, False):
+        return
+    draw = generator.generate_samples
+
+    @functools.wraps(draw)
+    def generate_samples(**generate_kwargs):
+        samples, pass_rate, consumed, exhausted = draw(**generate_kwargs)
+        trainer._copo_draw_exhausted = exhausted
+        if exhausted and not samples:
+            evaluate_last_step(trainer)
+        return samples, pass_rate, consumed, exhausted
+
+    setattr(generate_samples, _PATCHED_ATTR, True)
+    generator.generate_samples = generate_samples
+
+
+def evaluate_last_step(trainer) -> None:
+    """Once the prompts are used up (`watch_prompt_draws`): evaluate the last logged step, unless the run has
+    episodes left, or an evaluation already saw that step (OpenRLHF's own, at multiples of --eval.steps)."""
+    step, episode = getattr(trainer, "_copo_logged", (0, None))
+    if (step and step % trainer.args.eval.steps and episode == trainer.args.train.num_episodes - 1
+            and getattr(trainer, "_copo_evaluated_step", None) != step):
+        evaluate_now(trainer, step)
 
 
 def evaluate_now(trainer, step: int) -> None:
@@ -582,6 +605,7 @@ def evaluate_now(trainer, step: int) -> None:
     --eval.dataset)."""
     if getattr(trainer, "eval_dataloader", None) is None or not hasattr(trainer, "evaluate"):
         return
+    trainer._copo_evaluated_step = step
     trainer.evaluate(step, **dict(trainer.generate_kwargs, temperature=trainer.args.eval.temperature,
                                   n_samples_per_prompt=trainer.args.eval.n_samples_per_prompt))
 

@@ -134,19 +134,58 @@ def test_a_seeded_draw_is_the_same_alone_or_in_a_batch_in_the_real_vllm(tmp_path
 # --- Patch 4's end-of-training evaluation (`--copo.eval_after_train`) ---
 
 
-@pytest.mark.parametrize("episode, consumed, buffer, last", [
-    (1, 24, [], True),            # last episode, all 2 x 12 prompts drawn, nothing waiting
-    (1, 23, [], False),           # a prompt still to draw
-    (0, 24, [], False),           # not the last episode
-    (1, 30, ["sample"], False),   # DAPO: responses still in the buffer make another step
-])
-def test_the_last_step_is_known_when_it_is_logged(episode, consumed, buffer, last):
+def fake_trainer(draws, eval_steps=6, episodes=1):
+    """A trainer as `PPOTrainer.fit` sees it: a samples generator whose draws return (samples, pass rate,
+    prompts consumed, exhausted), and `evaluate` recording the steps it was asked for."""
     from types import SimpleNamespace as NS
 
-    trainer = NS(args=NS(train=NS(num_episodes=2)), prompts_dataloader=list(range(12)),
-                 samples_generator=NS(_sample_buffer=buffer))
-    assert patches.is_last_step(trainer, {"episode": episode, "total_consumed_prompts": consumed}) is last
-    assert not patches.is_last_step(trainer, None)
+    draws = iter(draws)
+    trainer = NS(args=NS(eval=NS(steps=eval_steps, temperature=1.0, n_samples_per_prompt=2),
+                         train=NS(num_episodes=episodes), copo=NS(eval_after_train=True)),
+                 samples_generator=NS(generate_samples=lambda **kw: next(draws)), eval_dataloader=[0],
+                 generate_kwargs={}, evaluated=[])
+    trainer.evaluate = lambda step, **kw: trainer.evaluated.append(step)
+    patches.watch_prompt_draws(trainer)
+    return trainer
+
+
+def test_a_dapo_run_that_runs_out_of_prompts_mid_batch_is_evaluated_at_its_last_step():
+    """DAPO seed 1 of the benchmark: 71 of 72 prompts drawn by step 7, the last one cannot fill a batch, the
+    next draw comes back empty and fit() stops; step 7 (not a multiple of --eval.steps 6) must be evaluated."""
+    trainer = fake_trainer([(["batch"], 0.5, 11, False), ([], None, 1, True)])
+    assert trainer.samples_generator.generate_samples()[3] is False
+    trainer._copo_logged = (7, 0)  # what save_logs_and_checkpoints records for the step
+    assert trainer.samples_generator.generate_samples() == ([], None, 1, True)
+    assert trainer.evaluated == [7]
+
+
+@pytest.mark.parametrize("logged, episodes, evaluated_before, expected", [
+    ((6, 0), 1, None, []),    # OpenRLHF's own evaluation at a multiple of --eval.steps saw it
+    ((7, 0), 1, 7, []),       # evaluated already (the draw that fed step 7 said the prompts were used up)
+    ((7, 0), 2, None, []),    # an episode is left: the prompts are drawn again
+    ((7, 1), 2, None, [7]),   # the last episode's end
+    ((0, None), 1, None, []),  # no step was made: nothing to evaluate after training
+])
+def test_the_end_of_the_prompts_evaluates_the_last_step_once(logged, episodes, evaluated_before, expected):
+    trainer = fake_trainer([([], None, 0, True)], episodes=episodes)
+    trainer._copo_logged = logged
+    if evaluated_before is not None:
+        trainer._copo_evaluated_step = evaluated_before
+    trainer.samples_generator.generate_samples()
+    assert trainer.evaluated == expected
+
+
+def test_a_draw_that_uses_up_the_prompts_with_a_batch_is_flagged_for_the_steps_logging():
+    """A draw that hits the end of the prompts while still filling a batch returns that batch: fit() trains on
+    it, logs the step (whose logging then evaluates it) and stops. Nothing is evaluated at the draw itself."""
+    trainer = fake_trainer([(["partial batch"], 0.5, 2, True)])
+    trainer.samples_generator.generate_samples()
+    assert trainer._copo_draw_exhausted is True and trainer.evaluated == []
+    trainer._copo_logged = (5, 0)
+    patches.evaluate_last_step(trainer)
+    assert trainer.evaluated == [5]
+    patches.watch_prompt_draws(trainer)  # installed once: a second call does not wrap the wrapper
+    assert trainer.samples_generator.generate_samples.__wrapped__.__name__ == "<lambda>"
 
 
 # --- Patch 10: the training prompts' order comes from --train.seed ---
