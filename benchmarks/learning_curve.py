@@ -27,8 +27,8 @@ Each run's metrics file is kept under `--out` (default `benchmarks/results/learn
 the runs already complete, so the benchmark resumes where it was stopped, and `--report_only` writes the
 report from the runs done so far. Written at the end: `learning_curve.json` (every eval and step row of
 every run, the settings, the machine and versions), `learning_curve.png` (held-out greedy accuracy against
-generated samples, mean over seeds +- standard error over seeds; share of zero-std groups; share of responses
-with a gradient signal) and `learning_curve.md` (the tables: per method, and COPO minus each method paired
+generated samples: each seed thin, and the mean +- standard error over seeds at the counts every seed reached and
+at the final evaluation; share of zero-std groups; share of responses with a gradient signal, likewise) and `learning_curve.md` (the tables: per method, and COPO minus each method paired
 per seed and over seeds with a 95% interval).
 """
 
@@ -303,24 +303,33 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for method in result["table"]:
+    for i, method in enumerate(result["table"]):
+        color = f"C{i}"
         runs = [r for r in result["runs"] if r["method"] == method and r["evals"]]
-        # Evaluations at the same number of generated samples, averaged over seeds (one seed: the eval's own SE)
-        xs = sorted({e["generated"] for r in runs for e in r["evals"] if e["generated"] == e["generated"]})
-        pts = [mean_se([e["greedy"] for r in runs for e in r["evals"] if e["generated"] == x]) for x in xs]
+        # One thin line per seed; the mean over seeds only where every seed has a point at that number of generated
+        # samples (DAPO's seeds reach their evaluations at different counts: a mean over some seeds is not a curve).
+        curves = [{e["generated"]: e["greedy"] for e in r["evals"] if e["generated"] == e["generated"]} for r in runs]
+        for curve in curves:
+            axes[0].plot(sorted(curve), [curve[x] for x in sorted(curve)], color=color, alpha=0.25, lw=1)
+        points = {x: [c[x] for c in curves] for x in set.intersection(*(set(c) for c in curves))}
+        # The final evaluations are compared at (nearly) the same count: DAPO's last prompts may fill no batch.
+        final_x = _mean([r["evals"][-1]["generated"] for r in runs])
+        points.setdefault(final_x, [r["evals"][-1]["greedy"] for r in runs])
+        xs = sorted(points)
+        pts = [mean_se(points[x]) for x in xs]
         if len(runs) == 1:
             pts = [(m, _mean([e["greedy_se"] for e in runs[0]["evals"] if e["generated"] == x])) for (m, _), x in zip(pts, xs)]
         axes[0].errorbar(xs, [m for m, _ in pts], yerr=[0 if e != e else e for _, e in pts], marker="o",
-                         capsize=3, label=method)
+                         capsize=3, color=color, label=f"{method} ({len(runs)} seeds)")
         for ax, key in ((axes[1], "copo_zero_std"), (axes[2], "copo_signal_copo")):
-            by_x: Dict[float, list] = {}
-            for r in runs:
-                for s in r["steps"]:
-                    x = (s.get(PROMPTS_CONSUMED) or float("nan")) * job.SAMPLES_PER_PROMPT
-                    by_x.setdefault(x, []).append(_step_value(method, s, key))
-            x_sorted = sorted(x for x in by_x if x == x)
-            ax.plot(x_sorted, [_mean(by_x[x]) for x in x_sorted], marker=".", label=method)
-    for ax, title in zip(axes, ("held-out greedy accuracy +- SE (over seeds; one seed: the eval's)",
+            curves = [{(s.get(PROMPTS_CONSUMED) or float("nan")) * job.SAMPLES_PER_PROMPT: _step_value(method, s, key)
+                       for s in r["steps"]} for r in runs]
+            curves = [{x: v for x, v in c.items() if x == x} for c in curves]
+            for curve in curves:
+                ax.plot(sorted(curve), [curve[x] for x in sorted(curve)], color=color, alpha=0.2, lw=1)
+            xs = sorted(set.intersection(*(set(c) for c in curves)))
+            ax.plot(xs, [_mean([c[x] for c in curves]) for x in xs], marker=".", color=color, label=method)
+    for ax, title in zip(axes, ("held-out greedy accuracy: seeds (thin), mean +- SE over seeds",
                                 "share of zero-std groups", "share of responses with a gradient signal")):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("generated samples")
