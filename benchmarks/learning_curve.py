@@ -28,8 +28,9 @@ the runs already complete, so the benchmark resumes where it was stopped, and `-
 report from the runs done so far. Written at the end: `learning_curve.json` (every eval and step row of
 every run, the settings, the machine and versions), `learning_curve.png` (held-out greedy accuracy against
 generated samples: each seed thin, and the mean +- standard error over seeds at the counts every seed reached and
-at the final evaluation; share of zero-std groups; share of responses with a gradient signal, likewise) and `learning_curve.md` (the tables: per method, and COPO minus each method paired
-per seed and over seeds with a 95% interval).
+at the final evaluation; share of zero-std groups; share of responses with a gradient signal, likewise) and
+`learning_curve.md` (the tables: per method, and COPO minus each method paired per seed and over seeds with a 95%
+interval).
 """
 
 from __future__ import annotations
@@ -296,6 +297,18 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _draw_seeds(ax, curves: List[Dict[float, float]], color: str) -> List[float]:
+    """Draw each seed's curve ({generated samples: value}) as a thin line; return the sample counts every seed has.
+
+    The mean over seeds belongs only at those counts: DAPO's seeds reach their steps and evaluations at different
+    counts, and a mean over whichever seeds have a point there is not a curve.
+    """
+    curves = [{x: v for x, v in c.items() if x == x} for c in curves]  # a step without its prompt count: no x
+    for curve in curves:
+        ax.plot(sorted(curve), [curve[x] for x in sorted(curve)], color=color, alpha=0.25, lw=1)
+    return sorted(set.intersection(*(set(c) for c in curves)))
+
+
 def plot(result: dict, path: Path) -> None:
     import matplotlib
 
@@ -306,12 +319,8 @@ def plot(result: dict, path: Path) -> None:
     for i, method in enumerate(result["table"]):
         color = f"C{i}"
         runs = [r for r in result["runs"] if r["method"] == method and r["evals"]]
-        # One thin line per seed; the mean over seeds only where every seed has a point at that number of generated
-        # samples (DAPO's seeds reach their evaluations at different counts: a mean over some seeds is not a curve).
-        curves = [{e["generated"]: e["greedy"] for e in r["evals"] if e["generated"] == e["generated"]} for r in runs]
-        for curve in curves:
-            axes[0].plot(sorted(curve), [curve[x] for x in sorted(curve)], color=color, alpha=0.25, lw=1)
-        points = {x: [c[x] for c in curves] for x in set.intersection(*(set(c) for c in curves))}
+        curves = [{e["generated"]: e["greedy"] for e in r["evals"]} for r in runs]
+        points = {x: [c[x] for c in curves] for x in _draw_seeds(axes[0], curves, color)}
         # The final evaluations are compared at (nearly) the same count: DAPO's last prompts may fill no batch.
         final_x = _mean([r["evals"][-1]["generated"] for r in runs])
         points.setdefault(final_x, [r["evals"][-1]["greedy"] for r in runs])
@@ -324,10 +333,7 @@ def plot(result: dict, path: Path) -> None:
         for ax, key in ((axes[1], "copo_zero_std"), (axes[2], "copo_signal_copo")):
             curves = [{(s.get(PROMPTS_CONSUMED) or float("nan")) * job.SAMPLES_PER_PROMPT: _step_value(method, s, key)
                        for s in r["steps"]} for r in runs]
-            curves = [{x: v for x, v in c.items() if x == x} for c in curves]
-            for curve in curves:
-                ax.plot(sorted(curve), [curve[x] for x in sorted(curve)], color=color, alpha=0.2, lw=1)
-            xs = sorted(set.intersection(*(set(c) for c in curves)))
+            xs = _draw_seeds(ax, curves, color)
             ax.plot(xs, [_mean([c[x] for c in curves]) for x in xs], marker=".", color=color, label=method)
     for ax, title in zip(axes, ("held-out greedy accuracy: seeds (thin), mean +- SE over seeds",
                                 "share of zero-std groups", "share of responses with a gradient signal")):
