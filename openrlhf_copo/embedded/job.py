@@ -43,8 +43,10 @@ PROMPTS_PER_STEP = 6
 SAMPLES_PER_PROMPT = 4
 STEPS = 6
 MAX_NEW_TOKENS = 48
-#: Held-out prompts decoded greedily at each evaluation (one vLLM call, about a minute on 2 cores): enough for a
-#: paired standard error of the gain near 0.02 when a fifth of the prompts change verdict.
+#: Held-out prompts decoded greedily at each evaluation (one vLLM call, 75-130 s on 2 cores). The paired standard
+#: error of the gain is about sqrt(share of prompts changing verdict / N_TEST): 0.02 when a fifth change, 0.023-0.029
+#: in the demo's runs, where a third to two fifths do. The arithmetic mix has only 100 distinct one-digit sums and
+#: products, so with the 36 training prompts the held-out set cannot pass about 560 prompts.
 N_TEST = 480
 #: Of those, the first N_SAMPLED are also sampled EVAL_K times at temperature 1 for mean@k.
 N_SAMPLED = 96
@@ -53,13 +55,6 @@ LR = 3e-5
 DATA_VERSION = "arith-v1"
 
 EXAMPLE_SCRIPTS = "examples/scripts/"
-
-#: The demo runs vLLM's engine core inside the engine actor's process (no separate worker process): on 2 cores the
-#: engine actor, the engine core and the worker otherwise contend for the cores, and an evaluation of the 480
-#: greedy prompts took 140-220 s instead of 75-104 s (README, "Where the time went"). Only the demo sets it, and a
-#: value in the user's environment wins: with it, the two-node CI test's DeepSpeed rendezvous once failed with
-#: EADDRINUSE (cause not established), so the general CPU path keeps vLLM's default.
-VLLM_IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 def default_argv(model: str, train: Path, test: Path, run_dir: Path, estimator: str = "copo") -> List[str]:
@@ -161,7 +156,7 @@ def run(user_argv: List[str]) -> int:
     rows_before = read_metrics(metrics_path)
     done_before = len(train_rows(rows_before))
     log_path = run_dir / "train.log"
-    env = child_env(os.environ)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
     t0 = time.time()
     with open(log_path, "a") as log:
         child = subprocess.Popen([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv],
@@ -190,12 +185,6 @@ def run(user_argv: List[str]) -> int:
     plot_curves(rows, run_dir / "curves.png")
     print(format_summary(summary, run_dir))
     return 0
-
-
-def child_env(environ) -> dict:
-    """The training child's environment: the user's, offline, unbuffered, and vLLM in process unless the user set
-    it (Ray's local cluster and its workers inherit the driver's environment)."""
-    return {**VLLM_IN_PROCESS, **environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
 
 
 def read_metrics(path: Path) -> List[dict]:
