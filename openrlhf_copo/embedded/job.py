@@ -38,7 +38,8 @@ from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, CORRECT, ENTROPY
 from openrlhf_copo.evaluation.metrics import paired_difference, parse_outcomes
 from openrlhf_copo.files import jsonl_rows
 
-#: Sizes chosen to finish inside 10 minutes on 2 CPU cores, fresh caches included (see README, "CPU demo").
+#: Sizes chosen to finish in about 10 minutes on 2 CPU cores, fresh caches included: 8.8-13.7 min in five fresh
+#: runs on a machine that slowed between them (README, "CPU demo").
 PROMPTS_PER_STEP = 6
 SAMPLES_PER_PROMPT = 4
 STEPS = 6
@@ -349,6 +350,15 @@ def heldout_gain(evals: List[dict]) -> Optional[dict]:
     return out
 
 
+def verdict(gain: float, se: float) -> str:
+    """A gain in words: a rise, a fall, or neither, at 2 standard errors (a fall is not "no gain")."""
+    if gain > 2 * se:
+        return "a rise of more than 2 standard errors"
+    if gain < -2 * se:
+        return "a FALL of more than 2 standard errors"
+    return "within 2 standard errors of no change"
+
+
 def format_summary(s: dict, run_dir: Path) -> str:
     def f(v, fmt=".3f"):
         return "n/a" if v is None else format(v, fmt)
@@ -368,11 +378,10 @@ def format_summary(s: dict, run_dir: Path) -> str:
         g = h["greedy"]
         lines.append(f"  held-out greedy accuracy over {g['n']} prompts: {g['before']:.3f} (step {h['step_before']}) -> "
                      f"{g['after']:.3f} (step {h['step_after']}); paired gain {g['gain']:+.3f} +- {g['gain_se']:.3f} "
-                     f"({g['gained']} prompts gained, {g['lost']} lost; {'more' if g['gain_over_2se'] else 'not more'} "
-                     f"than 2 standard errors)")
+                     f"({g['gained']} prompts gained, {g['lost']} lost; {verdict(g['gain'], g['gain_se'])})")
     if h:
         lines.append(f"  held-out mean@{h['k']}: {h['before']:.3f} +- {h['before_se']:.3f} (step {h['step_before']}) -> "
                      f"{h['after']:.3f} +- {h['after_se']:.3f} (step {h['step_after']}); gain {h['gain']:+.3f} +- "
-                     f"{h['gain_se']:.3f} ({'more' if h['gain_over_2se'] else 'not more'} than 2 standard errors)")
+                     f"{h['gain_se']:.3f} ({verdict(h['gain'], h['gain_se'])})")
     lines.append(f"results: {run_dir}  (metrics.jsonl, curves.png, summary.json, train.log, model/, ckpt/)")
     return "\n".join(lines)

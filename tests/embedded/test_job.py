@@ -65,7 +65,7 @@ def test_greedy_gain_is_paired_prompt_by_prompt():
     text = job.format_summary(job.summarize([_greedy_row(0, "1100100000"), _greedy_row(6, "1011100100")], 1.0),
                               Path("/r"))
     assert ("held-out greedy accuracy over 10 prompts: 0.300 (step 0) -> 0.500 (step 6); paired gain +0.200 +- 0.200 "
-            "(3 prompts gained, 1 lost; not more than 2 standard errors)") in text
+            "(3 prompts gained, 1 lost; within 2 standard errors of no change)") in text
     assert job.eval_line(_greedy_row(6, "1011100100")).startswith(
         "held-out at step   6: greedy 0.500 +- 0.100 (10 prompts), mean@4 0.300 +- 0.050")
 
@@ -82,7 +82,7 @@ def test_summary_separates_step_rows_from_eval_rows_and_reports_the_gain():
     assert s["w_local_mid_share_mean"] == pytest.approx(0.5) and s["entropy_mean"] == pytest.approx(1.25)
     assert s["heldout"]["gain"] == pytest.approx(0.15)
     text = job.format_summary(s, Path("/r"))
-    assert "held-out mean@4: 0.200 +- 0.020 (step 0) -> 0.350 +- 0.030 (step 2); gain +0.150 +- 0.036 (more than 2" \
+    assert "held-out mean@4: 0.200 +- 0.020 (step 0) -> 0.350 +- 0.030 (step 2); gain +0.150 +- 0.036 (a rise of more than 2" \
            in text
     assert "share strictly between 0.05 and 0.95: 0.50" in text
 
@@ -92,3 +92,13 @@ def test_curves_png_is_written_with_eval_rows(tmp_path):
                                       "copo_all_correct": 0.0}, _eval_row(1, 0.3, 0.02)]
     job.plot_curves(rows, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_a_loss_beyond_2_standard_errors_is_called_a_fall():
+    """A fresh demo run went 0.506 -> 0.338 (paired -0.169 +- 0.027); its summary said "not more than 2 standard
+    errors", which reads as no change. before 1111100000, after 0000000000: d has five -1s, mean -0.5, squared
+    deviations 0.25 x 10 = 2.5, / 9, sqrt 0.527, / sqrt(10) = 0.167: -0.5 < -0.333."""
+    text = job.format_summary(job.summarize([_greedy_row(0, "1111100000"), _greedy_row(6, "0000000000")], 1.0),
+                              Path("/r"))
+    assert "paired gain -0.500 +- 0.167 (0 prompts gained, 5 lost; a FALL of more than 2 standard errors)" in text
+    assert job.verdict(0.01, 0.02) == "within 2 standard errors of no change"
