@@ -44,8 +44,8 @@ PROMPTS_PER_STEP = 6
 SAMPLES_PER_PROMPT = 4
 STEPS = 6
 MAX_NEW_TOKENS = 48
-#: Held-out prompts decoded greedily at each evaluation (one vLLM call, 75-130 s on 2 cores). The paired standard
-#: error of the gain is about sqrt(share of prompts changing verdict / N_TEST): 0.02 when a fifth change, 0.023-0.029
+#: Held-out prompts decoded greedily at each evaluation (one vLLM call, 75-206 s on 2 cores). The paired standard
+#: error of the gain is about sqrt(share of prompts changing verdict / N_TEST): 0.02 when a fifth change, 0.024-0.029
 #: in the demo's runs, where a third to two fifths do. The arithmetic mix has only 100 distinct one-digit sums and
 #: products, so with the 36 training prompts the held-out set cannot pass about 560 prompts.
 N_TEST = 480
