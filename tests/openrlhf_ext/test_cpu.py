@@ -91,6 +91,19 @@ def test_ray_workers_get_every_core_and_an_fp32_run_builds_fp32_vllm_engines(loa
     assert env[cpu.VLLM_DTYPE_ENV] == "float32"
 
 
+def test_vllm_cpu_engines_bind_every_core_unless_the_user_says_otherwise(load_args, monkeypatch):
+    """vLLM-CPU's "auto" binding leaves its model worker one core of two (the other kept for its scheduler)."""
+    import os
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv(cpu.OMP_BIND_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 0, 1})
+    env = cpu.ray_init_kwargs(load_args(copo_argv(*CPU_OK)), {})["runtime_env"]["env_vars"]
+    assert env[cpu.OMP_BIND_ENV] == "0,1,3"  # vLLM's id-list syntax ("5,2-4"), sorted
+    monkeypatch.setenv(cpu.OMP_BIND_ENV, "auto")
+    assert cpu.ray_init_kwargs(load_args(copo_argv(*CPU_OK)), {})["runtime_env"]["env_vars"][cpu.OMP_BIND_ENV] == "auto"
+
+
 def test_fp32_is_the_cpu_paths_and_refused_on_a_gpu(load_args, monkeypatch):
     from openrlhf_copo.openrlhf_ext import driver
 
