@@ -38,15 +38,15 @@ from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, CORRECT, ENTROPY
 from openrlhf_copo.evaluation.metrics import paired_difference, parse_outcomes
 from openrlhf_copo.files import jsonl_rows
 
-#: Sizes chosen to finish in about 10 minutes on 2 CPU cores, fresh caches included: 8.8-13.7 min in five fresh
-#: runs on a machine that slowed between them (README, "CPU demo").
+#: Sizes chosen to finish in about 10 minutes on 2 CPU cores, fresh caches included: 7.5-9.8 min on the CI
+#: machine's faster days, 11.2-13.7 min on its slower ones (README, "CPU demo": fifteen fresh runs).
 PROMPTS_PER_STEP = 6
 SAMPLES_PER_PROMPT = 4
 STEPS = 6
 MAX_NEW_TOKENS = 48
-#: Held-out prompts decoded greedily at each evaluation (one vLLM call, 75-206 s on 2 cores). The paired standard
-#: error of the gain is about sqrt(share of prompts changing verdict / N_TEST): 0.02 when a fifth change, 0.024-0.029
-#: in the demo's runs, where a third to two fifths do. The arithmetic mix has only 100 distinct one-digit sums and
+#: Held-out prompts decoded greedily at each evaluation (one vLLM call; with the 96 x 2 samples, 75-206 s on 2
+#: cores). The paired standard error of the gain is about sqrt(share of prompts changing verdict / N_TEST): 0.02
+#: when a fifth change, 0.024-0.029 in the demo's runs, where a third to two fifths do. The arithmetic mix has only 100 distinct one-digit sums and
 #: products, so with the 36 training prompts the held-out set cannot pass about 560 prompts.
 N_TEST = 480
 #: Of those, the first N_SAMPLED are also sampled EVAL_K times at temperature 1 for mean@k.
