@@ -78,8 +78,10 @@ def run_argv(method: str, seed: int, steps: int, eval_every: int, model: str, tr
     # the results are the metrics file and the log.
     # `train` holds exactly the run's prompts (steps x prompts per step): OpenRLHF's --data.max_samples would also
     # cap the held-out set.
+    # ZeRO-2: the committed runs were made with it (the demo's setting until it moved to ZeRO-0, the same update on
+    # one rank), so that a resumed benchmark trains its remaining runs as it trained the others.
     scratch = run_dir / "scratch"
-    overrides = {"--eval.steps": str(eval_every),
+    overrides = {"--eval.steps": str(eval_every), "--ds.zero_stage": "2",
                  "--ckpt.save_steps": "-1", "--ckpt.path": str(scratch / "ckpt"),
                  "--ckpt.output_dir": str(scratch / "model"), "--logger.tensorboard_dir": str(scratch / "tensorboard")}
     for flag, value in overrides.items():

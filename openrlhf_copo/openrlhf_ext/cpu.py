@@ -28,6 +28,8 @@ What a CPU run changes, in the order unmodified OpenRLHF 0.11.2 breaks without i
    load in float32, DeepSpeed trains in fp32 (neither its bf16 nor fp16 section is enabled) and the
    vLLM engines, which OpenRLHF always builds in bfloat16, run in float32 too, so the weight sync
    carries one dtype end to end (`apply_fp32`; `ray_init_kwargs` sets `OPENRLHF_COPO_VLLM_DTYPE`).
+   Without ZeRO (stage 0), DeepSpeed clips fp32 gradients but drops the norm it computed, so OpenRLHF would
+   log `actor_grad_norm` 0 at every step; the engine now keeps it.
 8. DeepSpeed's CPU ops (fused_adam, shm_comm) are compiled on first use by torch's JIT builder, which runs
    whichever `ninja` is first on PATH in a cache shared by every Python environment of the user
    (~/.cache/torch_extensions). Two ninja versions (the system's 1.11 and the pip wheel's 1.13, say) rewrite
@@ -330,6 +332,25 @@ def apply_fp32() -> None:
 
     create_engine_config.__openrlhf_copo_patched__ = True
     EngineArgs.create_engine_config = create_engine_config
+    _keep_fp32_grad_norm()
+
+
+def _keep_fp32_grad_norm() -> None:
+    """DeepSpeed 0.19.6 clips fp32 gradients without ZeRO in `DeepSpeedEngine.clip_fp32_gradients`, which drops the
+    norm `clip_grad_norm_` returns: `get_global_grad_norm()` stays None and OpenRLHF logs a gradient norm of 0 at
+    every step (bf16, fp16 and every ZeRO stage keep theirs). The same clipping, keeping the norm."""
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from deepspeed.runtime.utils import clip_grad_norm_
+
+    if getattr(DeepSpeedEngine.clip_fp32_gradients, "__openrlhf_copo_patched__", False):
+        return
+
+    def clip_fp32_gradients(self):
+        self._global_grad_norm = clip_grad_norm_(parameters=self.module.parameters(),
+                                                 max_norm=self.gradient_clipping(), mpu=self.mpu)
+
+    clip_fp32_gradients.__openrlhf_copo_patched__ = True
+    DeepSpeedEngine.clip_fp32_gradients = clip_fp32_gradients
 
 
 def torch_extensions_dir() -> str:

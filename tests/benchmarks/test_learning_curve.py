@@ -33,6 +33,7 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
         assert a.data.max_samples >= lc.job.N_TEST  # no cap: OpenRLHF would apply it to the held-out set too
         assert a.data.prompt_dataset == str(tmp_path / "train.jsonl") and a.eval.dataset == str(tmp_path / "test.jsonl")
         assert a.ckpt.save_steps == -1 and not a.ckpt.load_enable
+        assert a.ds.zero_stage == 2  # the committed runs' setting, whatever the demo's
         assert Path(a.ckpt.output_dir).parent.name == "scratch"  # gigabytes, deleted after the run
     assert (parsed["grpo"].algo.advantage.estimator, parsed["grpo"].copo.mode) == ("copo", "grpo")
     assert (parsed["copo"].algo.advantage.estimator, parsed["copo"].copo.mode) == ("copo", None)

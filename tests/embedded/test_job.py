@@ -19,6 +19,8 @@ def test_default_flags_are_ordinary_train_ppo_ray_flags_and_parse(tmp_path):
     # w_local can pass 1/2 only if the highest possible entropy, log2 G, is above rho
     assert math.log2(args.rollout.n_samples_per_prompt) > args.copo.rho
     assert args.ds.param_dtype == "fp32" and args.copo.eval_before_train
+    # one rank: ZeRO-0 (ZeRO-2's partitioning only adds copies there); no "best" checkpoint copy of the last one
+    assert args.ds.zero_stage == 0 and args.ckpt.best_metric_key == "none"
     # greedy over the whole held-out set, sampled mean@k over its first N_SAMPLED; no --data.max_samples, which
     # OpenRLHF also applies to the held-out set
     assert args.copo.eval_greedy and args.copo.eval_sampled_prompts == job.N_SAMPLED < job.N_TEST
