@@ -45,7 +45,8 @@ def ray_cpu(load_args, model):
 
 
 def train_one_step(load_args, model: str, world: int, experiences=None, zero_stage: int = 2):
-    """A PolicyModelActor group of ``world`` ranks; returns (parameters before, after, the experiences, status)."""
+    """A PolicyModelActor group of ``world`` ranks; returns (parameters before, after, the experiences, status,
+    the L2 norm of rank 0's Adam first moment after the step)."""
     import ray
     from openrlhf.trainer.ray.launcher import RayActorGroup
     from openrlhf.trainer.ray.ppo_actor import PolicyModelActor
@@ -60,6 +61,11 @@ def train_one_step(load_args, model: str, world: int, experiences=None, zero_sta
 
     def parameters(actor):  # runs inside the actor (defined here, so that Ray ships it by value)
         return {n: p.detach().float().clone() for n, p in actor.actor.model.named_parameters()}
+
+    def first_moment_norm(actor):  # the base optimizer's exp_avg: per parameter (ZeRO-0) or ZeRO's flat partition
+        optim = actor.actor.model.optimizer
+        optim = getattr(optim, "optimizer", optim)
+        return sum(s["exp_avg"].double().pow(2).sum().item() for s in optim.state.values()) ** 0.5
 
     # Our own placement group, removed after the step: the one OpenRLHF makes for several ranks is never released,
     # and would hold the cluster's GPU slots from every later test of the module.
@@ -82,17 +88,18 @@ def train_one_step(load_args, model: str, world: int, experiences=None, zero_sta
         ray.get(group.async_run_method_batch(method_name="append", experience=experiences))
         status = ray.get(group.async_run_method(method_name="fit", kl_ctl=0))
         after = ray.get([h.__ray_call__.remote(parameters) for h in group._actor_handlers])
+        moment = ray.get(rank0.__ray_call__.remote(first_moment_norm))
     finally:
         for h in group._actor_handlers:
             ray.kill(h)
         remove_placement_group(pg)
-    return before, after, experiences, status
+    return before, after, experiences, status, moment
 
 
 @pytest.mark.usefixtures("ray_cpu")
 def test_two_ranks_give_the_parameters_of_one(load_args, model):
-    before, (single,), experiences, status = train_one_step(load_args, model, 1)
-    before2, (rank0, rank1), _, status2 = train_one_step(load_args, model, 2, experiences)
+    before, (single,), experiences, status, _ = train_one_step(load_args, model, 1)
+    before2, (rank0, rank1), _, status2, _ = train_one_step(load_args, model, 2, experiences)
     assert status[0]["copo_loss_global"] != 0  # the global term did contribute
     names = sorted(before)
     assert all(torch.equal(before[n], before2[n]) for n in names)
@@ -128,8 +135,8 @@ def test_two_ranks_give_the_parameters_of_one(load_args, model):
 def test_zero_stage_0_gives_the_update_of_zero_2_on_one_rank(load_args, model):
     """The CPU demo trains on one rank with ZeRO-0 (ZeRO-2's partitioning only adds gradient copies there): the same
     step, the same gradient and the same update as ZeRO-2, to float rounding (the bounds of the two-rank test)."""
-    before, (zero2,), experiences, status = train_one_step(load_args, model, 1)
-    before0, (zero0,), _, status0 = train_one_step(load_args, model, 1, experiences, zero_stage=0)
+    before, (zero2,), experiences, status, moment2 = train_one_step(load_args, model, 1)
+    before0, (zero0,), _, status0, moment0 = train_one_step(load_args, model, 1, experiences, zero_stage=0)
     names = sorted(before)
     assert all(torch.equal(before[n], before0[n]) for n in names)
     # DeepSpeed drops the fp32 norm without ZeRO: OpenRLHF logged 0 until the CPU path kept it (cpu.py). Summed per
@@ -140,3 +147,9 @@ def test_zero_stage_0_gives_the_update_of_zero_2_on_one_rank(load_args, model):
     assert two.abs().max().item() > 0.5 * LR and zero.abs().max().item() > 0.5 * LR
     assert ((zero - two).norm() / two.norm()).item() < 1e-4
     assert (zero - two).abs().max().item() < 0.1 * LR
+    # Adam's first step is blind to the gradient's scale, so the update above cannot show the clipping. Its first
+    # moment can: (1 - beta1) x the clipped gradient, whose norm is OpenRLHF's max_norm 1.0 when the norm exceeds it
+    # (0.1 x 1.0 with beta1 0.9; 0.37 unclipped). Both stages must clip, or later steps would differ.
+    assert status[0]["actor_grad_norm"] > 1.0
+    assert moment2 == pytest.approx(0.1, rel=1e-4)
+    assert moment0 == pytest.approx(0.1, rel=1e-4)
