@@ -62,6 +62,10 @@ METHODS: Dict[str, List[str]] = {
 }
 
 
+#: Samples per prompt of every run: 4, the committed runs' G (the demo's until it moved to the paper's 6), so that
+#: a resumed benchmark trains its remaining runs as it trained the others.
+SAMPLES_PER_PROMPT = 4
+
 #: The method every other is compared with; its run of each seed also makes the seed's step-0 evaluation.
 REFERENCE = "copo"
 #: Flags of every run: the same draws from the same weights, and an evaluation at the end of every run.
@@ -78,10 +82,13 @@ def run_argv(method: str, seed: int, steps: int, eval_every: int, model: str, tr
     # the results are the metrics file and the log.
     # `train` holds exactly the run's prompts (steps x prompts per step): OpenRLHF's --data.max_samples would also
     # cap the held-out set.
-    # ZeRO-2: the committed runs were made with it (the demo's setting until it moved to ZeRO-0, the same update on
-    # one rank), so that a resumed benchmark trains its remaining runs as it trained the others.
+    # ZeRO-2 and G = 4: the committed runs were made with them (the demo's settings until it moved to ZeRO-0, the
+    # same update on one rank, and to G = 6), so that a resumed benchmark trains its remaining runs as it trained
+    # the others.
     scratch = run_dir / "scratch"
     overrides = {"--eval.steps": str(eval_every), "--ds.zero_stage": "2",
+                 "--rollout.n_samples_per_prompt": str(SAMPLES_PER_PROMPT),
+                 "--train.batch_size": str(job.PROMPTS_PER_STEP * SAMPLES_PER_PROMPT), "--train.micro_batch_size": "8",
                  "--ckpt.save_steps": "-1", "--ckpt.path": str(scratch / "ckpt"),
                  "--ckpt.output_dir": str(scratch / "model"), "--logger.tensorboard_dir": str(scratch / "tensorboard")}
     for flag, value in overrides.items():
@@ -136,7 +143,7 @@ def summarize(args, infos: List[dict]) -> dict:
     for info in infos:
         rows = job.read_metrics(args.out / f"{info['method']}-seed{info['seed']}" / "metrics.jsonl")
         train, evals = job.train_rows(rows), job.eval_rows(rows)
-        generated = {0: 0, **{r["step"]: r.get(PROMPTS_CONSUMED, float("nan")) * job.SAMPLES_PER_PROMPT for r in train}}
+        generated = {0: 0, **{r["step"]: r.get(PROMPTS_CONSUMED, float("nan")) * SAMPLES_PER_PROMPT for r in train}}
         runs.append({**info,
                      "evals": [{**_eval_point(r), "generated": generated.get(r["step"], float("nan"))} for r in evals],
                      "steps": [{k: r.get(k) for k in ("step", "copo_correct", "copo_zero_std", "copo_signal_grpo",
@@ -229,7 +236,7 @@ def _step_value(method: str, step: dict, key: str):
     if rate is not None:
         # OpenRLHF 0.11.2 logs 100 x kept *responses* / consumed *prompts* (samples_generator.py), i.e. up to
         # 100 x G: the share of groups kept is that over 100 x G.
-        rate = rate / (100 * job.SAMPLES_PER_PROMPT)
+        rate = rate / (100 * SAMPLES_PER_PROMPT)
     if method == "dapo" and rate is not None:
         return {"copo_zero_std": 1 - rate, "copo_signal_copo": rate}.get(key, step.get(key))
     return step.get(key)
@@ -333,7 +340,7 @@ def plot(result: dict, path: Path) -> None:
         axes[0].errorbar(xs, [m for m, _ in pts], yerr=[0 if e != e else e for _, e in pts], marker="o",
                          capsize=3, color=color, label=f"{method} ({len(runs)} seeds)")
         for ax, key in ((axes[1], "copo_zero_std"), (axes[2], "copo_signal_copo")):
-            curves = [{(s.get(PROMPTS_CONSUMED) or float("nan")) * job.SAMPLES_PER_PROMPT: _step_value(method, s, key)
+            curves = [{(s.get(PROMPTS_CONSUMED) or float("nan")) * SAMPLES_PER_PROMPT: _step_value(method, s, key)
                        for s in r["steps"]} for r in runs]
             xs = _draw_seeds(ax, curves, color)
             ax.plot(xs, [_mean([c[x] for c in curves]) for x in xs], marker=".", color=color, label=method)
@@ -388,7 +395,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"no finished run under {args.out}")
     result = {"settings": {"steps": args.steps, "eval_every": args.eval_every,
                            "seeds_run": sorted({i["seed"] for i in infos}),
-                           "prompts_per_step": job.PROMPTS_PER_STEP, "samples_per_prompt": job.SAMPLES_PER_PROMPT,
+                           "prompts_per_step": job.PROMPTS_PER_STEP, "samples_per_prompt": SAMPLES_PER_PROMPT,
                            "n_test": job.N_TEST, "n_sampled": job.N_SAMPLED, "eval_k": job.EVAL_K,
                            "methods": {m: METHODS[m] + PAIRED for m in args.methods}},
               "environment": environment(), **summarize(args, infos)}

@@ -6,9 +6,12 @@ same vLLM engine: greedy accuracy over `N_TEST` unseen prompts, compared prompt 
 and its standard error: the primary measure), and mean@k at temperature 1 over the first `N_SAMPLED` of
 them (the paper's measure, noisier).
 
-Why these settings: the mix spans the model's ability, so with G = 4 samples (log2 4 = 2 bits > rho
-= 1.5, so w_local can pass 1/2; answers split 2/1/1 give H = 1.5 exactly, w_local = 1/2) a batch holds mixed, all-incorrect and all-correct groups and the
-consistency entropy varies by prompt; the reward is 0/1 on the response's final number
+Why these settings: the mix spans the model's ability, so with the paper's G = 6 samples (log2 6 = 2.58 bits >
+rho = 1.5, so w_local can pass 1/2: answers split 2/2/2 give H = 1.58 and w_local = 0.85, 3/2/1 give H = 1.46
+and w_local = 0.31) a batch holds mixed, all-incorrect and a few all-correct groups and the consistency entropy
+varies by prompt. With G = 4 the demo's held-out gain was unreliable (five fresh runs on 2026-11-25: two rose
+beyond 2 paired SE, one fell, with up to 61% all-incorrect groups, which only the global term trains on); with
+G = 6, five of five rose (README, "CPU demo"); the reward is 0/1 on the response's final number
 (`math_last_number_reward.py`), an answer form a 135M model produces; the actor and vLLM run in fp32
 (`--ds.param_dtype fp32`, the CPU path's), several times faster than bf16 on a CPU without bf16 units.
 
@@ -38,14 +41,14 @@ from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, CORRECT, ENTROPY
 from openrlhf_copo.evaluation.metrics import paired_difference, parse_outcomes
 from openrlhf_copo.files import jsonl_rows
 
-#: Sizes chosen to finish in about 10 minutes on 2 CPU cores, fresh caches included: 7.5-9.8 min on the CI
-#: machine's faster days, 11.2-13.7 min on its slower ones (README, "CPU demo": fifteen fresh runs).
+#: Sizes chosen to finish in about 10 minutes on 2 CPU cores, fresh caches included: 5.8-7.1 min in five fresh
+#: runs on 2026-11-25; the CI machine is up to about 2x slower on some days (README, "CPU demo").
 PROMPTS_PER_STEP = 6
-SAMPLES_PER_PROMPT = 4
+SAMPLES_PER_PROMPT = 6
 STEPS = 6
 MAX_NEW_TOKENS = 48
-#: Held-out prompts decoded greedily at each evaluation (one vLLM call; with the 96 x 2 samples, 75-206 s on 2
-#: cores). The paired standard error of the gain is about sqrt(share of prompts changing verdict / N_TEST): 0.02
+#: Held-out prompts decoded greedily at each evaluation (one vLLM call; with the 96 x 2 samples, 29-206 s on 2
+#: cores, by the machine's day). The paired standard error of the gain is about sqrt(share of prompts changing verdict / N_TEST): 0.02
 #: when a fifth change, 0.024-0.029 in the demo's runs, where a third to two fifths do. The arithmetic mix has only 100 distinct one-digit sums and
 #: products, so with the 36 training prompts the held-out set cannot pass about 560 prompts.
 N_TEST = 480
@@ -71,7 +74,7 @@ def default_argv(model: str, train: Path, test: Path, run_dir: Path, estimator: 
         "--data.apply_chat_template",
         "--rollout.batch_size", str(PROMPTS_PER_STEP), "--rollout.n_samples_per_prompt", str(SAMPLES_PER_PROMPT),
         "--rollout.micro_batch_size", "8", "--train.batch_size", str(PROMPTS_PER_STEP * SAMPLES_PER_PROMPT),
-        "--train.micro_batch_size", "8", "--rollout.max_new_tokens", str(MAX_NEW_TOKENS), "--data.max_len", "256",
+        "--train.micro_batch_size", str(2 * SAMPLES_PER_PROMPT), "--rollout.max_new_tokens", str(MAX_NEW_TOKENS), "--data.max_len", "256",
         "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
         # Held-out accuracy before the first step and after the last: greedy on every prompt (paired),
         # and sampled as in training on the first N_SAMPLED.

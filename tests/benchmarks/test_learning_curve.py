@@ -33,7 +33,9 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
         assert a.data.max_samples >= lc.job.N_TEST  # no cap: OpenRLHF would apply it to the held-out set too
         assert a.data.prompt_dataset == str(tmp_path / "train.jsonl") and a.eval.dataset == str(tmp_path / "test.jsonl")
         assert a.ckpt.save_steps == -1 and not a.ckpt.load_enable
-        assert a.ds.zero_stage == 2  # the committed runs' setting, whatever the demo's
+        assert a.ds.zero_stage == 2  # the committed runs' settings, whatever the demo's
+        assert a.rollout.n_samples_per_prompt == lc.SAMPLES_PER_PROMPT == 4
+        assert (a.train.batch_size, a.train.micro_batch_size) == (lc.job.PROMPTS_PER_STEP * 4, 8)
         assert Path(a.ckpt.output_dir).parent.name == "scratch"  # gigabytes, deleted after the run
     assert (parsed["grpo"].algo.advantage.estimator, parsed["grpo"].copo.mode) == ("copo", "grpo")
     assert (parsed["copo"].algo.advantage.estimator, parsed["copo"].copo.mode) == ("copo", None)
@@ -59,7 +61,7 @@ def _write_run(out: Path, method: str, seed: int, evals, steps, outcomes=None):
 
 
 def test_table_shares_step0_counts_generated_samples_and_reads_dapo_zero_std_from_its_filter(lc, tmp_path):
-    G = lc.job.SAMPLES_PER_PROMPT
+    G = lc.SAMPLES_PER_PROMPT
     infos = [_write_run(tmp_path, "copo", 0, [(0, 0.5, 0.2), (2, 0.6, 0.5)],
                         [{"copo_zero_std": 0.25, "copo_signal_copo": 1.0, "prompts_consumed": 6},
                          {"copo_zero_std": 0.25, "copo_signal_copo": 1.0, "prompts_consumed": 12}]),

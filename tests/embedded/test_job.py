@@ -15,7 +15,10 @@ def test_default_flags_are_ordinary_train_ppo_ray_flags_and_parse(tmp_path):
 
     argv = job.default_argv("m", tmp_path / "train.jsonl", tmp_path / "test.jsonl", tmp_path / "run")
     args = load_args(argv)
-    assert args.rollout.n_samples_per_prompt == job.SAMPLES_PER_PROMPT
+    assert args.rollout.n_samples_per_prompt == job.SAMPLES_PER_PROMPT == 6  # the paper's G
+    # one optimizer step per rollout, in whole micro-batches (DeepSpeed refuses a batch they do not divide)
+    assert args.train.batch_size == job.PROMPTS_PER_STEP * job.SAMPLES_PER_PROMPT
+    assert args.train.batch_size % args.train.micro_batch_size == 0
     # w_local can pass 1/2 only if the highest possible entropy, log2 G, is above rho
     assert math.log2(args.rollout.n_samples_per_prompt) > args.copo.rho
     assert args.ds.param_dtype == "fp32" and args.copo.eval_before_train
