@@ -3,21 +3,10 @@ committed runs back to the values the README quotes."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 G6 = REPO / "benchmarks" / "results" / "cpu_demo" / "2026-11-25-g6"
-
-
-@pytest.fixture(scope="module")
-def runs():
-    spec = importlib.util.spec_from_file_location("cpu_demo_runs", REPO / "benchmarks" / "cpu_demo_runs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_fresh_run_is_the_readme_command_with_nothing_cached(runs, tmp_path, monkeypatch):

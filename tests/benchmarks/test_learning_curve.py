@@ -3,24 +3,12 @@ table reads the right metric for each (DAPO's zero-std share is what its filter 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from openrlhf_copo.cli.train_ppo_ray import load_args
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def lc():
-    spec = importlib.util.spec_from_file_location("learning_curve", REPO / "benchmarks" / "learning_curve.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
     parsed = {m: load_args(lc.run_argv(m, 1, 6, 3, "model", tmp_path / "train.jsonl", tmp_path / "test.jsonl",
