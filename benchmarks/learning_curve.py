@@ -138,6 +138,12 @@ def mean_se(values: List[float]) -> tuple:
     return m, math.sqrt(var / len(values))
 
 
+def finished_runs(out: Path, seeds: int) -> List[dict]:
+    """The markers of the finished runs under ``out`` of seeds 0..seeds-1, every method, seed by seed."""
+    markers = [out / f"{m}-seed{s}" / "done.json" for s in range(seeds) for m in METHODS]
+    return [json.loads(p.read_text()) for p in markers if p.exists() and (p.parent / "metrics.jsonl").exists()]
+
+
 def summarize(args, infos: List[dict]) -> dict:
     runs = []
     for info in infos:
@@ -357,7 +363,8 @@ def plot(result: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
+                   help="the methods to run; the report covers every finished run under --out")
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (--train.seed)")
     p.add_argument("--steps", type=int, default=12, help="training steps of GRPO / COPO / GO-Only (prompts drawn: "
                                                          "steps x prompts per step; DAPO refills from them)")
@@ -376,13 +383,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     # Seed by seed, the reference first (its run makes the seed's step-0 evaluation)
     plan = [(m, s) for s in range(args.seeds) for m in sorted(args.methods, key=lambda m: m != REFERENCE)]
-    infos = []
-    if args.report_only:
-        for method, seed in plan:
-            marker = args.out / f"{method}-seed{seed}" / "done.json"
-            if marker.exists():
-                infos.append(json.loads(marker.read_text()))
-    else:
+    if not args.report_only:
         model = smollm2_instruct()
         # the held-out set of a seed does not depend on n_train: every --steps shares it
         train, test = make_arithmetic_prompts(cache_dir() / "data" / f"{job.DATA_VERSION}-{args.steps}steps",
@@ -390,9 +391,13 @@ def main(argv=None) -> int:
         from tqdm import tqdm
 
         for method, seed in tqdm(plan, desc="runs", unit="run"):
-            infos.append(run_one(method, seed, args, model, train, test))
+            run_one(method, seed, args, model, train, test)
+    # The report covers every finished run of the seeds, whatever --methods ran: a run of one method alone once
+    # rewrote the committed report with that method only, and without the reference's step-0 evaluation.
+    infos = finished_runs(args.out, args.seeds)
     if not infos:
         raise SystemExit(f"no finished run under {args.out}")
+    args.methods = [m for m in METHODS if any(i["method"] == m for i in infos)]
     result = {"settings": {"steps": args.steps, "eval_every": args.eval_every,
                            "seeds_run": sorted({i["seed"] for i in infos}),
                            "prompts_per_step": job.PROMPTS_PER_STEP, "samples_per_prompt": SAMPLES_PER_PROMPT,

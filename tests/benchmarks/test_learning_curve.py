@@ -108,3 +108,20 @@ def test_copo_minus_each_method_is_paired_by_prompt_and_seed(lc, tmp_path):
     result["environment"] = {"date": "d", "machine": "m", "versions": {}}
     assert "| grpo | seed 0: +0.250 +- 0.250 (1 prompts only COPO solved, 0 only grpo); seed 1: +0.500 +- 0.289 " \
            "(2 prompts only COPO solved, 0 only grpo) | +0.375 |" in lc.markdown(result)
+
+
+def test_the_report_covers_every_finished_run_whatever_methods_ran(lc, tmp_path):
+    """`--methods go_only` picks what to run; the report still has COPO (and its step-0 evaluation, shared): a run
+    of GO-Only alone once rewrote the committed report with GO-Only only, its "before" its own step-6 value."""
+    out = tmp_path / "runs"
+    for info in (_write_run(out, "copo", 0, [(0, 0.5, 0.2), (6, 0.7, 0.5)], [], "1101"),
+                 _write_run(out, "go_only", 0, [(6, 0.25, 0.1)], [], "0001"),
+                 _write_run(out, "grpo", 0, [(6, 0.5, 0.5)], [])):  # unfinished: no marker
+        if info["method"] != "grpo":
+            (out / f"{info['method']}-seed{info['seed']}" / "done.json").write_text(json.dumps(info))
+    assert lc.main(["--report_only", "--methods", "go_only", "--seeds", "1", "--out", str(out)]) == 0
+    result = json.loads((tmp_path / "learning_curve.json").read_text())
+    assert set(result["table"]) == {"copo", "go_only"}
+    assert result["table"]["go_only"]["heldout_before"][0] == pytest.approx(0.5)  # COPO's step 0, shared
+    assert result["table"]["go_only"]["gain"][0] == pytest.approx(-0.25)
+    assert [p for p in result["paired"]] == ["go_only"]
