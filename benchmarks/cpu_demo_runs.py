@@ -30,7 +30,7 @@ from typing import Dict, List, Tuple
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from openrlhf_copo.contract import ALL_CORRECT, ALL_INCORRECT, ENTROPY, SIGNAL_GRPO, W_LOCAL  # noqa: E402
+from openrlhf_copo.contract import ENTROPY, SIGNAL_GRPO, W_LOCAL  # noqa: E402
 from openrlhf_copo.embedded import job  # noqa: E402
 
 WALL_LINE = re.compile(r"run (\d+) rc=(-?\d+) wall=(\d+) s")
@@ -92,7 +92,7 @@ def report(out: Path) -> str:
         def span(key, fmt=".2f"):
             v = [r[key] for r in train if r.get(key) is not None]
             return f"{min(v):{fmt}}-{max(v):{fmt}}"
-        mixed = [1 - r.get(ALL_CORRECT, 0) - r.get(ALL_INCORRECT, 0) for r in train]
+        mixed = [job.mixed_share(r) for r in train]
         regime.append(f"run {i}: groups all-incorrect {s['frac_all_incorrect_mean']:.2f} and all-correct "
                       f"{s['frac_all_correct_mean']:.2f} on average, mixed {min(mixed):.2f}-{max(mixed):.2f} per "
                       f"step; entropy {span(ENTROPY)} bits, w_local {span(W_LOCAL)} (step means); signal GRPO "

@@ -381,9 +381,9 @@ def main(argv=None) -> int:
         print("note: a GPU is present; this benchmark is the CPU setting and runs on the CPU path only without one",
               file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
-    # Seed by seed, the reference first (its run makes the seed's step-0 evaluation)
-    plan = [(m, s) for s in range(args.seeds) for m in sorted(args.methods, key=lambda m: m != REFERENCE)]
     if not args.report_only:
+        # Seed by seed, the reference first (its run makes the seed's step-0 evaluation)
+        plan = [(m, s) for s in range(args.seeds) for m in sorted(args.methods, key=lambda m: m != REFERENCE)]
         model = smollm2_instruct()
         # the held-out set of a seed does not depend on n_train: every --steps shares it
         train, test = make_arithmetic_prompts(cache_dir() / "data" / f"{job.DATA_VERSION}-{args.steps}steps",

@@ -48,9 +48,10 @@ SAMPLES_PER_PROMPT = 6
 STEPS = 6
 MAX_NEW_TOKENS = 48
 #: Held-out prompts decoded greedily at each evaluation (one vLLM call; with the 96 x 2 samples, 29-206 s on 2
-#: cores, by the machine's day). The paired standard error of the gain is about sqrt(share of prompts changing verdict / N_TEST): 0.02
-#: when a fifth change, 0.024-0.029 in the demo's runs, where a third to two fifths do. The arithmetic mix has only 100 distinct one-digit sums and
-#: products, so with the 36 training prompts the held-out set cannot pass about 560 prompts.
+#: cores, by the machine's day). The paired standard error of the gain is about sqrt(share of prompts changing
+#: verdict / N_TEST): 0.02 when a fifth change, 0.024-0.029 in the demo's runs, where a third to two fifths do.
+#: The arithmetic mix has only 100 distinct one-digit sums and products, so with the 36 training prompts the
+#: held-out set cannot pass about 560 prompts.
 N_TEST = 480
 #: Of those, the first N_SAMPLED are also sampled EVAL_K times at temperature 1 for mean@k.
 N_SAMPLED = 96
