@@ -59,6 +59,11 @@ METHODS: Dict[str, List[str]] = {
     "dapo": ["--advantage_estimator", "group_norm", "--algo.dynamic_filtering_enable",
              "--actor.eps_clip_low_high", "0.2", "0.28"],
     "go_only": ["--advantage_estimator", "go_only"],
+    # The cause of COPO's loss (issue 31): each takes one of COPO's departures from GRPO away or adds it alone.
+    # copo_selective: COPO without any loss on all-incorrect prompts (its global term there is the only difference);
+    # go_selective: GRPO plus the global term alone on all-incorrect prompts (that term added to GRPO).
+    "copo_selective": ["--advantage_estimator", "copo_selective"],
+    "go_selective": ["--advantage_estimator", "go_selective"],
 }
 
 
@@ -366,6 +371,8 @@ def main(argv=None) -> int:
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
                    help="the methods to run; the report covers every finished run under --out")
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (--train.seed)")
+    p.add_argument("--seed_order", type=int, nargs="+", default=None,
+                   help="run these seeds, in this order (each < --seeds), e.g. the seeds a screen needs first")
     p.add_argument("--steps", type=int, default=12, help="training steps of GRPO / COPO / GO-Only (prompts drawn: "
                                                          "steps x prompts per step; DAPO refills from them)")
     p.add_argument("--eval_every", type=int, default=6, help="held-out evaluation every N steps (and before the "
@@ -383,7 +390,10 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         # Seed by seed, the reference first (its run makes the seed's step-0 evaluation)
-        plan = [(m, s) for s in range(args.seeds) for m in sorted(args.methods, key=lambda m: m != REFERENCE)]
+        order = args.seed_order if args.seed_order is not None else list(range(args.seeds))
+        if any(not 0 <= s < args.seeds for s in order):
+            p.error(f"--seed_order {order}: every seed must be in 0..{args.seeds - 1} (--seeds {args.seeds})")
+        plan = [(m, s) for s in order for m in sorted(args.methods, key=lambda m: m != REFERENCE)]
         model = smollm2_instruct()
         # the held-out set of a seed does not depend on n_train: every --steps shares it
         train, test = make_arithmetic_prompts(cache_dir() / "data" / f"{job.DATA_VERSION}-{args.steps}steps",

@@ -50,6 +50,7 @@ ENTROPY = "copo_entropy"  # consistency entropy H of the response's prompt
 W_LOCAL = "copo_w_local"  # sigmoid(gamma (H - rho)), 0 under zero control
 W_GLOBAL = "copo_w_global"  # 1 - w_local
 W_LOCAL_MID = "copo_w_local_mid"  # 1 if the prompt blends both terms (0.05 < w_local < 0.95)
+MIXED_LOCAL_LOST = "copo_mixed_local_lost"  # 1 if the prompt's rewards differ but w_local < 0.05 (global term alone)
 LOCAL_ADV = "copo_local_adv"  # A_local (GRPO's group-normalized advantage)
 GLOBAL_ADV_RAW = "copo_global_adv_raw"  # A_global, before its weight
 ALL_CORRECT = "copo_all_correct"  # 1 if every response of the prompt is correct
@@ -70,7 +71,7 @@ LOSS_LOCAL = "copo_loss_local"
 LOSS_GLOBAL = "copo_loss_global"
 CLIP_RATIO_GLOBAL = "copo_clip_ratio_global"
 #: Every metric above (the engine one as its pattern), and the reward file's.
-METRICS = (ENTROPY, W_LOCAL, W_GLOBAL, W_LOCAL_MID, LOCAL_ADV, GLOBAL_ADV_RAW, ALL_CORRECT, ALL_INCORRECT, ZERO_STD,
+METRICS = (ENTROPY, W_LOCAL, W_GLOBAL, W_LOCAL_MID, MIXED_LOCAL_LOST, LOCAL_ADV, GLOBAL_ADV_RAW, ALL_CORRECT, ALL_INCORRECT, ZERO_STD,
            SIGNAL_GRPO, SIGNAL_COPO, ROLLOUT_LOGPROB_ABSDIFF, GLOBAL_ADV_STD, PROMPT_REWARD_MEAN, NUM_PROMPTS,
            NUM_ENGINES, ENGINE_LOGPROB_ABSDIFF, LOSS_LOCAL, LOSS_GLOBAL, CLIP_RATIO_GLOBAL, WEIGHTED_GLOBAL_ADV,
            CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR)

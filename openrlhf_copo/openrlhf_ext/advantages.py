@@ -20,7 +20,7 @@ from typing import List
 import torch
 
 from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, ANSWER_ID, CORRECT, ENGINE_LOGPROB_ABSDIFF, ENTROPY,
-                                    GLOBAL_ADV_RAW, GLOBAL_ADV_STD, LOCAL_ADV, NUM_ENGINES, NUM_PROMPTS,
+                                    GLOBAL_ADV_RAW, GLOBAL_ADV_STD, LOCAL_ADV, MIXED_LOCAL_LOST, NUM_ENGINES, NUM_PROMPTS,
                                     PROMPT_REWARD_MEAN, ROLLOUT_ENGINE_SEED, ROLLOUT_LOGPROB_ABSDIFF, SIGNAL_COPO,
                                     SIGNAL_GRPO, VERIFY_FAILED, W_GLOBAL, W_LOCAL, W_LOCAL_MID, WEIGHTED_GLOBAL_ADV,
                                     ZERO_STD, info_tensor)
@@ -152,6 +152,10 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
         W_GLOBAL: adv.w_global,
         # Blending, not switching: responses whose prompt weighs both terms (0.05 < w_local < 0.95).
         W_LOCAL_MID: ((adv.w_local > 0.05) & (adv.w_local < 0.95)).float(),
+        # Mixed groups (rewards differ, so GRPO would train on them) whose local term is gone: at G = 4 with the
+        # paper's gamma and rho, every 3+1 and 2+2 answer split. Step mean / (1 - zero_std) = share of mixed groups.
+        MIXED_LOCAL_LOST: ((rewards.amax(1) != rewards.amin(1)) & (adv.w_local.amax(1) < 0.05)).unsqueeze(1)
+        .expand(-1, G).float(),
         LOCAL_ADV: adv.local_adv,
         GLOBAL_ADV_RAW: adv.global_adv,
         ALL_CORRECT: correct.all(1, keepdim=True).expand(-1, G).float(),

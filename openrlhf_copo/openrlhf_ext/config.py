@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
+from openrlhf_copo.contract import MIXED_LOCAL_LOST
 from openrlhf_copo.core import DEFAULTS, STDS, ZERO_CONTROLS, mode_info, modes
 from openrlhf_copo.files import write_atomic
 from openrlhf_copo.openrlhf_ext.device import DEVICES
@@ -216,6 +217,30 @@ def attainable_blends(G: int, gamma: float, rho: float, base: float) -> List[tup
         h = -sum(c / G * math.log(c / G, base) for c in pattern)
         out.append((pattern, max(h, 0.0), 1.0 / (1.0 + math.exp(-gamma * (h - rho)))))
     return out
+
+
+def copo_regime(args) -> Optional[str]:
+    """The blending regime of a blended mode's run, one line printed at start: for the run's G, gamma and rho, which
+    answer splits keep the local term (w_local >= 0.05) and which train on the global term alone. None for modes
+    whose weights do not read the entropy.
+
+    Why it matters: a split is the answer pattern of a group, and it is what decides w_local. At G = 4 with the
+    paper's gamma 20 and rho 1.5, 3+1 and 2+2 get w_local 1e-6 and 4.5e-5: a 3-right / 1-wrong group then trains
+    on the global term alone, which gives its wrong answer the prompt's (usually positive) advantage."""
+    if not is_copo(args) or not mode_info(resolve_mode(args)).blended:
+        return None
+    G, c = args.rollout.n_samples_per_prompt, args.copo
+    patterns = [p for p in attainable_blends(G, c.gamma, c.rho, c.entropy_base) if len(p[0]) > 1]
+
+    def shown(group):
+        return ", ".join(f"{'+'.join(map(str, p))} (H {h:.3g}, w_local {w:.2g})" for p, h, w in group) or "none"
+
+    keep = [p for p in patterns if p[2] >= 0.05]
+    alone = [p for p in patterns if p[2] < 0.05]
+    return (f"COPO regime at G {G}, gamma {c.gamma:g}, rho {c.rho:g}: answer splits that keep the local term: "
+            f"{shown(keep)}; that train on the global term alone (w_local < 0.05): {shown(alone)}; a group with "
+            f"one answer has no local signal. Logged per step: {MIXED_LOCAL_LOST} (share of the step's groups whose "
+            f"rewards differ but whose local term is gone)")
 
 
 def copo_warnings(args) -> List[str]:

@@ -37,7 +37,7 @@ import sys
 from openrlhf_copo.contract import RAY_WORKER_SETUP_HOOK, ROLLOUT_SEED_ENV
 from openrlhf_copo.openrlhf_ext import config, cpu, device, patches
 from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
-                                               copo_warnings, estimator_action, is_copo)
+                                               copo_regime, copo_warnings, estimator_action, is_copo)
 from openrlhf_copo.openrlhf_ext.failure import end_run
 from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
 
@@ -72,6 +72,9 @@ def after_parse(args, *, check_inputs: bool = True, warn=None) -> None:
     problems = copo_problems(args)
     if problems:
         raise DriverError(problems[0])
+    regime = copo_regime(args)
+    if regime:
+        print(f"openrlhf_copo: {regime}", file=sys.stderr, flush=True)
     for warning in copo_warnings(args):
         (warn or _print_warning)(warning)
     if is_copo(args):
