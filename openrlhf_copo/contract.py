@@ -9,7 +9,7 @@ and the few names every process of a run agrees on (environment variable, worker
                                            experience.advantages = w_local * A_local and
                                            info[WEIGHTED_GLOBAL_ADV] = w_global * A_global
       -> loss (openrlhf_ext/loss.py)       PolicyLoss(advantages) + PolicyLoss(info[WEIGHTED_GLOBAL_ADV])
-    in-training eval (openrlhf_ext/patches.py) and `evaluate` read a response's outcome with `sample_outcome`.
+    in-training eval (openrlhf_ext/patches/evaluation.py) and `evaluate` read a response's outcome with `sample_outcome`.
 
 Pure Python: the reward's worker processes, the driver and the actors all import it.
 """
@@ -42,7 +42,7 @@ ROLLOUT_ENGINE_SEED = "copo_rollout_engine_seed"
 NO_ANSWER_PREFIX = "noanswer:"
 
 # The metrics COPO logs (through experience.info or the training step's status, into OpenRLHF's logger), declared
-# once with their meaning. Written by openrlhf_ext/advantages.py and patches.py, read by the demo's summary and plots;
+# once with their meaning. Written by openrlhf_ext/advantages.py and patches/, read by the demo's summary and plots;
 # the README's Metrics section names every one (tests/test_contract.py).
 
 #: Per response, averaged over the step by OpenRLHF.
@@ -83,7 +83,7 @@ CPU_ENV = "OPENRLHF_COPO_CPU"
 #: The dotted path of the `worker_process_setup_hook` Ray imports in each worker (`openrlhf_ext.worker_hook`).
 RAY_WORKER_SETUP_HOOK = "openrlhf_copo.openrlhf_ext.worker_hook.ray_worker_setup"
 #: Set to --train.seed by the driver with `--copo.seeded_rollouts`: the vLLM engine processes then give every
-#: sampled response its own seed (`openrlhf_ext.patches.seeded_sampling_params`).
+#: sampled response its own seed (`openrlhf_ext.patches.rollout.seeded_sampling_params`).
 ROLLOUT_SEED_ENV = "OPENRLHF_COPO_ROLLOUT_SEED"
 #: The metrics file's per-step count of prompts the run has drawn so far (OpenRLHF's total_consumed_prompts;
 #: with dynamic filtering more than steps x --rollout.batch_size): generated samples = it x n_samples_per_prompt.

@@ -10,7 +10,7 @@ So this module imports nothing but the standard library, and the hook does two t
 
 1. registers a post-import hook: when the actor itself first imports one of OpenRLHF's patched
    modules (by then Ray has narrowed its GPUs, and OpenRLHF's own imports touch CUDA anyway), the
-   COPO patch for that module is installed right after the module has run (`patches.py`);
+   COPO patch for that module is installed right after the module has run (`patches/`);
 2. on a CPU run, which the driver chose and announced in `OPENRLHF_COPO_CPU=1` (no CUDA to
    touch there), installs the CPU device path (`cpu.py`). No CUDA query decides anything here.
 """

@@ -89,20 +89,6 @@ def test_missing_reward_function_is_refused(load_args, capsys):
     assert "--reward.remote_url" in capsys.readouterr().err
 
 
-def test_unsupported_openrlhf_is_refused(monkeypatch):
-    monkeypatch.setattr(patches.importlib.metadata, "version", lambda name: "0.12.1")
-    with pytest.raises(patches.OpenRLHFVersionError, match="openrlhf 0.12.1 is installed"):
-        patches.check_openrlhf()
-
-
-def test_moved_symbol_is_refused(monkeypatch):
-    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
-
-    monkeypatch.setattr(ActorPPOTrainer, "training_step", lambda self, experience, step: None)
-    with pytest.raises(patches.OpenRLHFVersionError, match="ActorPPOTrainer.training_step has moved or changed"):
-        patches.check_openrlhf()
-
-
 def test_unsupported_openrlhf_stops_the_cli_in_one_line(load_args, capsys, monkeypatch):
     def refuse():
         raise patches.OpenRLHFVersionError("openrlhf 0.12.1 is installed; openrlhf_copo patches openrlhf<0.12 only")

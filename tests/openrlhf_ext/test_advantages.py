@@ -161,39 +161,6 @@ def test_a_step_of_failed_answer_checks_stops_instead_of_training_on_zeros(load_
         assert all(e.advantages is not None for e in experiences)
 
 
-def test_in_training_eval_reports_mean_and_majority():
-    """OpenRLHF's eval samples (k consecutive per prompt, info from the reward function) -> mean@k / maj@k per source."""
-    from openrlhf_copo.openrlhf_ext.patches import eval_majority_logs
-
-    samples = make_rollout([[1, 0, 1, 0], [0, 0, 0, 1]], [[7, 3, 7, 5], [2, 2, 4, 9]])
-    for i, s in enumerate(samples):
-        s.prompts = [f"p{i // 4}"]
-    loader = [(["math500", "aime24"], ["p0", "p1"], ["7", "9"], [None, None])]
-    logs = eval_majority_logs(loader, samples, 4)
-    # p0: 2/4 correct, majority 7 (2 votes) correct; p1: 1/4 correct, majority 2 (2 votes) wrong
-    # one prompt per source: no spread, so a standard error of 0
-    assert logs == {"eval_math500_mean4": 0.5, "eval_math500_mean4_se": 0.0, "eval_math500_maj4": 1.0,
-                    "eval_aime24_mean4": 0.25, "eval_aime24_mean4_se": 0.0, "eval_aime24_maj4": 0.0}
-
-
-def test_greedy_evaluation_reports_accuracy_and_per_prompt_outcomes_in_file_order():
-    """One greedy sample per prompt, arriving in engine order (not the file's): accuracy and its standard error per
-    source, and the 0/1 outcome string in the held-out file's order, the unit of a paired before/after comparison."""
-    from openrlhf_copo.openrlhf_ext.patches import eval_greedy_logs
-
-    samples = make_rollout([[1, 0, 1, 1, 0]], [[4, 1, 2, 3, 0]])
-    for s, prompt in zip(samples, ["p2", "p0", "p4", "p1", "p3"]):  # as two engines returned them
-        s.prompts = [prompt]
-    loader = [(["a", "a", "b"], ["p0", "p1", "p2"], ["0", "1", "2"], [None] * 3),
-              (["b", "b"], ["p3", "p4"], ["3", "4"], [None] * 2)]
-    logs, outcomes = eval_greedy_logs(loader, samples)
-    # source a: p0 wrong, p1 right; source b: p2 right, p3 wrong, p4 right
-    assert outcomes == {"eval_a_greedy_outcomes": "01", "eval_b_greedy_outcomes": "101"}
-    assert logs["eval_a_greedy"] == 0.5 and logs["eval_b_greedy"] == pytest.approx(2 / 3)
-    # std of (0, 1) with ddof 1 is 0.7071, over sqrt(2); of (1, 0, 1): 0.5774 over sqrt(3)
-    assert logs["eval_a_greedy_se"] == pytest.approx(0.5) and logs["eval_b_greedy_se"] == pytest.approx(1 / 3)
-
-
 def test_engines_feeding_the_batch_and_each_engines_logprob_gap(load_args):
     """Two vLLM engines (seeds --train.seed + 0 and + 1, as OpenRLHF builds them): the step reports both and
     the mean logprob gap of each engine's responses, so an engine that missed a weight sync stands out."""

@@ -1,0 +1,142 @@
+"""Patches 1-3: COPO's advantage step and its two-term loss in OpenRLHF's classes.
+
+Each is a no-op unless the run's estimator is one of COPO's:
+1. `RemoteExperienceMaker.compute_advantages_and_returns` -> `advantages.copo_compute_advantages_and_returns`
+   (COPO's advantages over the whole rollout batch, on the controller);
+2. `ActorPPOTrainer.__init__`: wraps the trainer's PolicyLoss in `loss.CopoPolicyLoss`;
+3. `ActorPPOTrainer.training_step`: hands the micro-batch's global advantages to that loss and logs the two
+   loss terms.
+
+The glue itself is four functions that OpenRLHF's code calls (`copo_advantages_or_none`, `wrap_actor_loss`,
+`before_training_step`, `after_training_step`): `patch_experience_maker` and `patch_ppo_actor` wire them in at
+run time; the diffs in patches/ call the very same functions from a fork's source.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from openrlhf_copo.contract import ANSWER_ID, ROLLOUT_ENGINE_SEED, WEIGHTED_GLOBAL_ADV, info_tensor
+from openrlhf_copo.openrlhf_ext.config import is_copo
+from openrlhf_copo.openrlhf_ext.patches.versions import (EXPECTED_ADVANTAGES, EXPECTED_POLICY_LOSS,
+                                                         EXPECTED_TRAINING_STEP, PATCHED_ATTR, check_openrlhf,
+                                                         check_signature, check_version)
+
+
+def copo_advantages_or_none(maker, experiences):
+    """In `RemoteExperienceMaker.compute_advantages_and_returns`: COPO's advantages, or None when the
+    run's estimator is not COPO's (OpenRLHF's own code then runs unchanged, on experiences whose answer ids
+    are dropped: OpenRLHF would average them into the logged metrics, as noise, when a baseline such as
+    train_dapo_baseline.sh uses our reward file)."""
+    from openrlhf_copo.openrlhf_ext.advantages import copo_compute_advantages_and_returns
+
+    if not is_copo(maker.strategy.args):
+        for exp in experiences:
+            exp.info.pop(ANSWER_ID, None)
+            exp.info.pop(ROLLOUT_ENGINE_SEED, None)
+        return None
+
+    return copo_compute_advantages_and_returns(maker, experiences)
+
+
+def wrap_actor_loss(trainer) -> None:
+    """At the end of `ActorPPOTrainer.__init__`: the two-term COPO loss around the trainer's PolicyLoss."""
+    from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
+
+    if is_copo(trainer.args) and not isinstance(trainer.actor_loss_fn, CopoPolicyLoss):
+        trainer.actor_loss_fn = CopoPolicyLoss(trainer.actor_loss_fn)
+
+
+def before_training_step(trainer, experience) -> None:
+    """At the start of `ActorPPOTrainer.training_step`: hand the micro-batch's w_global * A_global to the loss."""
+    from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
+
+    if isinstance(trainer.actor_loss_fn, CopoPolicyLoss):
+        g = experience.info.get(WEIGHTED_GLOBAL_ADV)
+        if g is None:
+            raise RuntimeError(f"COPO: micro-batch without info['{WEIGHTED_GLOBAL_ADV}'] (not made by the COPO advantage step)")
+        trainer.actor_loss_fn.global_advantages = info_tensor(g)
+
+
+def after_training_step(trainer, status: dict) -> dict:
+    """At the end of `ActorPPOTrainer.training_step`: log the two loss terms and their pushes (`CopoPolicyLoss`)."""
+    from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
+
+    loss = trainer.actor_loss_fn
+    if isinstance(loss, CopoPolicyLoss) and loss.last_terms is not None:
+        # micro-batch means, each with the weight that makes ppo_train's average the step's exact mean
+        for name, (value, weight) in loss.last_terms.items():
+            status["metrics"][name] = value
+            status["weights"][name] = weight
+    return status
+
+
+def patch_experience_maker(module) -> bool:
+    """Patch 1 into a loaded `openrlhf.trainer.ppo_utils.experience_maker`. Returns True if newly applied.
+
+    A fork carrying patches/ marks its classes as patched, so this is a no-op there."""
+    cls = module.RemoteExperienceMaker
+    if getattr(cls, PATCHED_ATTR, False):
+        return False
+    check_version()
+    check_signature(cls, "compute_advantages_and_returns", EXPECTED_ADVANTAGES)
+    original_advantages = cls.compute_advantages_and_returns
+
+    @functools.wraps(original_advantages)
+    def compute_advantages_and_returns(self, experiences):
+        result = copo_advantages_or_none(self, experiences)
+        return original_advantages(self, experiences) if result is None else result
+
+    cls.compute_advantages_and_returns = compute_advantages_and_returns
+    cls.__openrlhf_copo_patched__ = True
+    return True
+
+
+def patch_ppo_actor(module) -> bool:
+    """Patches 2 and 3 into a loaded `openrlhf.trainer.ray.ppo_actor`. Returns True if newly applied."""
+    from openrlhf.models import PolicyLoss
+
+    cls = module.ActorPPOTrainer
+    if getattr(cls, PATCHED_ATTR, False):
+        return False
+    check_version()
+    check_signature(cls, "training_step", EXPECTED_TRAINING_STEP)
+    check_signature(PolicyLoss, "forward", EXPECTED_POLICY_LOSS)
+    original_init = cls.__init__
+    original_step = cls.training_step
+
+    @functools.wraps(original_init)
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        wrap_actor_loss(self)
+
+    @functools.wraps(original_step)
+    def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
+        before_training_step(self, experience)
+        return after_training_step(self, original_step(self, experience, kl_ctl, step, loss_batch_info))
+
+    cls.__init__ = __init__
+    cls.training_step = training_step
+    cls.__openrlhf_copo_patched__ = True
+    return True
+
+
+def apply() -> bool:
+    """Install patches 1-3 into this process's openrlhf classes (idempotent). Returns True if newly applied.
+
+    The driver (to fail early on an unsupported openrlhf) and tests call this; Ray workers get the same
+    patches from `worker_hook`, module by module as the actor imports them."""
+    import openrlhf.trainer.ppo_utils.experience_maker as experience_maker
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+
+    check_openrlhf()
+    newly = patch_experience_maker(experience_maker)
+    return patch_ppo_actor(ppo_actor) or newly
+
+
+def is_applied() -> bool:
+    """Whether this process's openrlhf classes carry the COPO patches."""
+    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+
+    return bool(getattr(RemoteExperienceMaker, PATCHED_ATTR, False) and getattr(ActorPPOTrainer, PATCHED_ATTR, False))

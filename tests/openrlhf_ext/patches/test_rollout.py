@@ -1,0 +1,132 @@
+"""Patches 7 and 9 (`openrlhf_ext/patches/rollout.py`): the tokenizer sent as its path, and seeded rollouts (also
+in the real vLLM)."""
+
+import os
+import pickle
+
+import pytest
+
+from openrlhf_copo.contract import ROLLOUT_SEED_ENV
+from openrlhf_copo.embedded.models import tiny_qwen2
+from openrlhf_copo.openrlhf_ext.patches import rollout
+from openrlhf_copo.openrlhf_ext.patches.rollout import _TOKENIZERS, TokenizerByPath
+
+# --- Patch 9: the tokenizer travels to the vLLM engines as its path ---
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_qwen2(tmp_path_factory.mktemp("tiny") / "model"))
+    tok.padding_side = "left"  # as OpenRLHF's get_tokenizer sets it for the actor
+    return tok
+
+
+def test_the_stand_in_pickles_small_and_loads_once_per_process(tokenizer):
+    _TOKENIZERS.clear()
+    sent = pickle.dumps(TokenizerByPath.of(tokenizer))
+    assert len(sent) < 2_000 < 1_000_000 < len(pickle.dumps(tokenizer))  # a path and four settings, not 1.5 MB
+    first, second = pickle.loads(sent), pickle.loads(sent)
+    assert first is second and first is not tokenizer  # loaded once here, then kept
+    assert (first.padding_side, first.pad_token, len(first)) == ("left", tokenizer.pad_token, len(tokenizer))
+    text = "<|im_start|>user\nWhat is 25 + 4?<|im_end|>\n<|im_start|>assistant\n25 + 4 = 29<|im_end|>"
+    ids = tokenizer(text=text, add_special_tokens=False)["input_ids"]
+    assert first(text=text, add_special_tokens=False)["input_ids"] == ids  # what the rollout executor calls
+    assert first.decode(ids, skip_special_tokens=False) == tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def test_a_tokenizer_changed_in_memory_is_refused_where_it_is_loaded(tokenizer):
+    """A token added after loading is not in the folder: the engine would tokenize differently, so it refuses."""
+    import copy
+
+    changed = copy.deepcopy(tokenizer)
+    changed.add_tokens(["<copo_extra>"])
+    with pytest.raises(RuntimeError, match=r"has 49152 tokens, the trainer's has 49153"):
+        pickle.loads(pickle.dumps(TokenizerByPath.of(changed)))
+
+
+def test_a_tokenizer_without_a_local_folder_travels_as_itself(tokenizer):
+    import copy
+
+    hub = copy.deepcopy(tokenizer)
+    hub.name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"  # nothing on disk to load it from
+    assert TokenizerByPath.of(hub) is hub
+
+
+# --- Patch 7's seeded rollouts (`--copo.seeded_rollouts`) ---
+
+
+@pytest.fixture
+def fresh_draws(monkeypatch):
+    monkeypatch.setattr(rollout, "_draws", {})
+
+
+def test_seeded_rollouts_give_each_draw_of_a_prompt_its_own_reproducible_seed(monkeypatch, fresh_draws):
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=1.0, max_tokens=8)
+    assert rollout.seeded_sampling_params(params, "2+2=") is params  # off: OpenRLHF's draws, untouched
+    monkeypatch.setenv(ROLLOUT_SEED_ENV, "42")
+    first = [rollout.seeded_sampling_params(params, "2+2=").seed for _ in range(3)]
+    other_prompt = rollout.seeded_sampling_params(params, "3+3=").seed
+    assert params.seed is None  # a copy is seeded, not the shared object
+    assert len(set(first + [other_prompt])) == 4 and all(0 <= s < 2 ** 31 for s in first)
+    monkeypatch.setattr(rollout, "_draws", {})  # another run (process) with the same seed: the same seeds
+    assert [rollout.seeded_sampling_params(params, "2+2=").seed for _ in range(3)] == first
+    monkeypatch.setattr(rollout, "_draws", {})
+    monkeypatch.setenv(ROLLOUT_SEED_ENV, "43")
+    assert rollout.seeded_sampling_params(params, "2+2=").seed != first[0]
+    greedy, own = SamplingParams(temperature=0.0, max_tokens=8), SamplingParams(temperature=1.0, seed=5, max_tokens=8)
+    assert rollout.seeded_sampling_params(greedy, "2+2=") is greedy and rollout.seeded_sampling_params(own, "x") is own
+
+
+SAME_DRAW_WHATEVER_THE_BATCH = r"""
+import json, os, sys
+os.environ["OPENRLHF_COPO_ROLLOUT_SEED"] = "7"
+from vllm import LLM, SamplingParams
+from openrlhf_copo.openrlhf_ext.patches import rollout
+
+# A token budget of one max-length prompt per step: the batch below (12 prompts of ~40 tokens) does not fit one step,
+# which is where vLLM splits prefills (chunked prefill) and rewinds a seeded request's generator.
+llm = LLM(model=sys.argv[1], dtype="float32", enforce_eager=True, max_model_len=128, max_num_batched_tokens=128,
+          seed=0)
+params = SamplingParams(temperature=1.0, max_tokens=12)
+
+def run(prompts):
+    rollout._draws.clear()  # a fresh run: draw 0 of each prompt
+    outs = llm.generate(prompts, [rollout.seeded_sampling_params(params, p) for p in prompts], use_tqdm=False)
+    return {p: list(o.outputs[0].token_ids) for p, o in zip(prompts, outs)}
+
+alone = run(["12+7="])
+batched = run([f"Question {i}: what is {i} times {i + 3}, added to the sum of {i} and 7? Answer:" for i in range(11)]
+              + ["12+7="])
+rollout._draws.clear()
+draws = [list(o.outputs[0].token_ids) for o in llm.generate(["12+7="] * 2, [rollout.seeded_sampling_params(params, "12+7=")
+         for _ in range(2)], use_tqdm=False)]
+print("RESULT", json.dumps({"alone": alone["12+7="], "batched": batched["12+7="], "draws": draws}))
+"""
+
+
+def test_a_seeded_draw_is_the_same_alone_or_in_a_batch_in_the_real_vllm(tmp_path):
+    """vLLM's per-request seed on the CPU: the same prompt's first draw comes out the same when sent alone and
+    amid other prompts (unseeded, the engine's one generator serves the batch in arrival order), and the
+    prompt's second draw is another response. The batch does not fit one step's token budget: on a
+    chunked-prefill engine vLLM would rewind the seeded generator of a split prefill, which a CPU generator cannot
+    (the engine died: "CPU Generator does not use offset"); the CPU path schedules prefills whole."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from openrlhf_copo.openrlhf_ext.cpu import loopback_env
+
+    model = tiny_qwen2(tmp_path / "model")
+    out = subprocess.run([sys.executable, "-c", SAME_DRAW_WHATEVER_THE_BATCH, model], capture_output=True, text=True,
+                         timeout=600, env={**os.environ, **loopback_env(), "HF_HUB_OFFLINE": "1"})
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, (out.stdout + out.stderr)[-4000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert len(result["alone"]) == 12 and result["alone"] == result["batched"]
+    assert result["draws"][0] == result["alone"] and result["draws"][1] != result["draws"][0]
+
