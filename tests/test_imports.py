@@ -74,3 +74,11 @@ def test_the_cycle_finder_finds_one():
 def test_the_core_imports_nothing_of_the_package_or_of_openrlhf():
     source = (PACKAGE / "core.py").read_text()
     assert not import_graph()["openrlhf_copo.core"] and "openrlhf." not in source
+
+
+def test_the_evaluation_does_not_reach_up_into_the_openrlhf_glue():
+    """`openrlhf_copo.evaluation` (also run on its own, `cli.evaluate`) takes what it shares with the training
+    pipeline from the package's own level (`vllm_cpu`, `contract`, `rewards`), never from `openrlhf_ext`."""
+    upward = {(m, t) for m, targets in import_graph().items() if m.startswith("openrlhf_copo.evaluation")
+              for t in targets if t.startswith("openrlhf_copo.openrlhf_ext")}
+    assert not upward, upward

@@ -100,7 +100,7 @@ def sample(model: str, benchmarks: Sequence[Benchmark], temperature: float, top_
 
     cpu = not torch.cuda.is_available()
     if cpu:
-        from openrlhf_copo.openrlhf_ext.cpu import vllm_cpu_env
+        from openrlhf_copo.vllm_cpu import vllm_cpu_env
 
         os.environ.update(vllm_cpu_env())
     from vllm import LLM, SamplingParams

@@ -48,11 +48,8 @@ from typing import List
 
 from openrlhf_copo.contract import CPU_ENV, ROLLOUT_SEED_ENV
 from openrlhf_copo.openrlhf_ext.device import cuda_available
+from openrlhf_copo.vllm_cpu import vllm_cpu_env
 
-#: vLLM-CPU sizes its KV cache from this (GiB); gpu_memory_utilization is ignored there.
-KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
-#: The cores vLLM-CPU binds its model worker's OpenMP threads to ("auto": all but one, see `vllm_cpu_env`).
-OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 #: The dtype the vLLM engines of a CPU run are built with instead of OpenRLHF's fixed bfloat16.
 VLLM_DTYPE_ENV = "OPENRLHF_COPO_VLLM_DTYPE"
 #: `--ds.param_dtype` values: OpenRLHF's, plus the CPU path's fp32.
@@ -110,16 +107,6 @@ def device_slots(args) -> int:
     if args.vllm.num_engines:
         n += args.vllm.num_engines * args.vllm.tensor_parallel_size
     return max(1, n)
-
-
-def vllm_cpu_env() -> dict:
-    """How a vLLM-CPU engine uses the machine, unless the user's environment says otherwise: a 1 GiB KV cache,
-    and its model worker on every core this process may use. vLLM's "auto" binding keeps one core for its
-    scheduler process, which on a 2-core machine leaves the model one core: 480 greedy prompts of the demo took
-    134 s bound to one core and 74 s bound to both, same tokens (`benchmarks/bench_vllm_cpu_binding.py`). The
-    scheduler mostly waits on the worker, and the pipeline's phases take turns, so the cores are free."""
-    cores = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
-    return {KV_CACHE_ENV: os.environ.get(KV_CACHE_ENV) or "1", OMP_BIND_ENV: os.environ.get(OMP_BIND_ENV) or cores}
 
 
 def loopback_env() -> dict:

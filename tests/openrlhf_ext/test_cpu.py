@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from openrlhf_copo.openrlhf_ext import cpu
+from openrlhf_copo.vllm_cpu import OMP_BIND_ENV
 from tests_support import copo_argv
 
 CPU_OK = ["--vllm.sync_backend", "gloo", "--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1"]
@@ -46,6 +47,7 @@ import os, torch
 torch.cuda.is_available = lambda: True          # a GPU machine, as far as the CPU path can tell
 os.environ.pop("OPENRLHF_COPO_CPU", None)
 from openrlhf_copo.openrlhf_ext import cpu
+from openrlhf_copo.vllm_cpu import OMP_BIND_ENV
 import openrlhf.trainer.ray.vllm_worker_wrap as wrap, openrlhf.utils.distributed_util as du
 before = (torch.cuda.set_device, torch.cuda.current_device, wrap.WorkerWrap.update_weight, du.stateless_init_process_group)
 assert cpu.apply() is False
@@ -96,12 +98,12 @@ def test_vllm_cpu_engines_bind_every_core_unless_the_user_says_otherwise(load_ar
     import os
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.delenv(cpu.OMP_BIND_ENV, raising=False)
+    monkeypatch.delenv(OMP_BIND_ENV, raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 0, 1})
     env = cpu.ray_init_kwargs(load_args(copo_argv(*CPU_OK)), {})["runtime_env"]["env_vars"]
-    assert env[cpu.OMP_BIND_ENV] == "0,1,3"  # vLLM's id-list syntax ("5,2-4"), sorted
-    monkeypatch.setenv(cpu.OMP_BIND_ENV, "auto")
-    assert cpu.ray_init_kwargs(load_args(copo_argv(*CPU_OK)), {})["runtime_env"]["env_vars"][cpu.OMP_BIND_ENV] == "auto"
+    assert env[OMP_BIND_ENV] == "0,1,3"  # vLLM's id-list syntax ("5,2-4"), sorted
+    monkeypatch.setenv(OMP_BIND_ENV, "auto")
+    assert cpu.ray_init_kwargs(load_args(copo_argv(*CPU_OK)), {})["runtime_env"]["env_vars"][OMP_BIND_ENV] == "auto"
 
 
 def test_fp32_is_the_cpu_paths_and_refused_on_a_gpu(load_args, monkeypatch):
