@@ -45,7 +45,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -73,6 +73,19 @@ SAMPLES_PER_PROMPT = 4
 
 #: The method every other is compared with; its run of each seed also makes the seed's step-0 evaluation.
 REFERENCE = "copo"
+#: The contrasts that isolate one of COPO's departures from GRPO each (issue 31), paired by seed as COPO minus
+#: each method is: (minuend, subtrahend, what the difference measures).
+CONTRASTS = [
+    ("copo", "copo_selective", "COPO's global term on all-incorrect prompts (COPO with it minus without it)"),
+    ("go_selective", "grpo", "the same term added to GRPO (GO-Selective minus GRPO)"),
+    ("copo_selective", "grpo", "COPO's blending of mixed groups and its global term on all-correct prompts, with "
+                               "nothing on all-incorrect ones (COPO-Selective minus GRPO)"),
+]
+#: What the report keeps of each logged step: the regime, the mechanism diagnostics, the cost.
+STEP_KEYS = ("step", "copo_correct", "copo_zero_std", "copo_signal_grpo", "copo_signal_copo", "copo_w_local",
+             "copo_entropy", "copo_all_incorrect", "copo_mixed_local_lost", "dynamic_filtering_pass_rate",
+             "response_length", "truncated", "copo_has_answer", "copo_token_surprisal", "copo_push_local_sq",
+             "copo_push_global_sq", "copo_push_dot", PROMPTS_CONSUMED, "timing/step_total")
 #: Flags of every run: the same draws from the same weights, and an evaluation at the end of every run.
 PAIRED = ["--copo.seeded_rollouts", "--copo.eval_after_train"]
 
@@ -157,11 +170,7 @@ def summarize(args, infos: List[dict]) -> dict:
         generated = {0: 0, **{r["step"]: r.get(PROMPTS_CONSUMED, float("nan")) * SAMPLES_PER_PROMPT for r in train}}
         runs.append({**info,
                      "evals": [{**_eval_point(r), "generated": generated.get(r["step"], float("nan"))} for r in evals],
-                     "steps": [{k: r.get(k) for k in ("step", "copo_correct", "copo_zero_std", "copo_signal_grpo",
-                                                      "copo_signal_copo", "copo_w_local", "copo_entropy",
-                                                      "dynamic_filtering_pass_rate", PROMPTS_CONSUMED,
-                                                      "timing/step_total")}
-                               for r in train]})
+                     "steps": [{k: r.get(k) for k in STEP_KEYS} for r in train]})
     share_step0(runs)
     table = {}
     for method in args.methods:
@@ -181,6 +190,7 @@ def summarize(args, infos: List[dict]) -> dict:
                          "zero_std_share": zero_std, "signal_share": signal,
                          "wall_minutes": _mean([r["wall_seconds"] / 60 for r in mine])}
     return {"runs": runs, "table": table, "paired": paired_versus(runs, REFERENCE),
+            "contrasts": contrasts(runs), "mechanism": mechanism(runs, args.methods),
             "first_batch": first_batch_agreement(runs)}
 
 
@@ -209,8 +219,10 @@ def first_batch_agreement(runs: List[dict]) -> Dict[int, bool]:
 
 def _eval_point(row: dict) -> dict:
     (mean, se, _), (greedy, greedy_se, outcomes) = job.heldout(row), job.greedy(row)
+    # the sampled evaluation's share of responses cut at the length limit, and their mean length
     return {"step": row["step"], "mean": mean, "se": se, "greedy": greedy, "greedy_se": greedy_se,
-            "outcomes": outcomes}
+            "outcomes": outcomes, "truncated": row.get("eval_truncated_rate"),
+            "response_length": row.get("eval_response_length_mean")}
 
 
 #: Two-sided 95% quantiles of Student's t by degrees of freedom (1-10); 1.96 beyond.
@@ -222,19 +234,71 @@ def paired_versus(runs: List[dict], reference: str) -> Dict[str, dict]:
     difference at the final evaluation (`evaluation.metrics.paired_difference`: per-prompt differences, their
     mean and standard error), then the mean over seeds with a 95% t-interval over seeds (training randomness
     included; with one seed, the prompt-level interval of that seed)."""
-    from openrlhf_copo.evaluation.metrics import paired_difference
-
-    final = {(r["method"], r["seed"]): r["evals"][-1] for r in runs if r["evals"] and r["evals"][-1].get("outcomes")}
+    final = _finals(runs)
     out = {}
     for method in sorted({m for m, _ in final} - {reference}):
-        seeds = sorted(s for m, s in final if m == method and (reference, s) in final)
-        per_seed = [{"seed": s, **paired_difference(final[(method, s)]["outcomes"], final[(reference, s)]["outcomes"])}
-                    for s in seeds]
-        if not per_seed:
+        pair = paired_pair(final, reference, method)
+        if pair:
+            out[method] = pair
+    return out
+
+
+def _finals(runs: List[dict]) -> Dict[tuple, dict]:
+    return {(r["method"], r["seed"]): r["evals"][-1] for r in runs if r["evals"] and r["evals"][-1].get("outcomes")}
+
+
+def paired_pair(final: Dict[tuple, dict], a: str, b: str) -> Optional[dict]:
+    """``a`` minus ``b`` at the final evaluation, seed by seed and over the seeds both ran (see `paired_versus`)."""
+    from openrlhf_copo.evaluation.metrics import paired_difference
+
+    seeds = sorted(s for m, s in final if m == b and (a, s) in final)
+    per_seed = [{"seed": s, **paired_difference(final[(b, s)]["outcomes"], final[(a, s)]["outcomes"])}
+                for s in seeds]
+    if not per_seed:
+        return None
+    mean, se = mean_se([p["gain"] for p in per_seed])
+    half = T975.get(len(per_seed) - 1, 1.96) * se if len(per_seed) > 1 else 1.96 * per_seed[0]["se"]
+    return {"per_seed": per_seed, "mean": mean, "ci95": (mean - half, mean + half)}
+
+
+def contrasts(runs: List[dict]) -> List[dict]:
+    """The `CONTRASTS` whose two methods share at least one finished seed."""
+    final = _finals(runs)
+    out = []
+    for a, b, what in CONTRASTS:
+        pair = paired_pair(final, a, b)
+        if pair:
+            out.append({"a": a, "b": b, "what": what, **pair})
+    return out
+
+
+def mechanism(runs: List[dict], methods: List[str]) -> Dict[str, dict]:
+    """Per method, mean over seeds +- SE of what the held-out accuracy rides on: the sampled evaluation's
+    share of responses cut at the length limit and their length at the end, and over the second half of training
+    the share of responses stating an answer, the token surprisal (the policy's entropy on its samples) and the
+    global term's share of the push on the sampled tokens (missing where the runs did not log it)."""
+    out = {}
+    for method in methods:
+        mine = [r for r in runs if r["method"] == method and r["evals"]]
+        if not mine:
             continue
-        mean, se = mean_se([p["gain"] for p in per_seed])
-        half = T975.get(len(per_seed) - 1, 1.96) * se if len(per_seed) > 1 else 1.96 * per_seed[0]["se"]
-        out[method] = {"per_seed": per_seed, "mean": mean, "ci95": (mean - half, mean + half)}
+
+        def late(r, key):
+            half = r["steps"][len(r["steps"]) // 2:]
+            return _mean([s.get(key) for s in half])
+
+        def push_share(r):
+            half = r["steps"][len(r["steps"]) // 2:]
+            g, l_ = _mean([s.get("copo_push_global_sq") for s in half]), _mean([s.get("copo_push_local_sq") for s in half])
+            return g / (g + l_) if g + l_ > 0 else float("nan")
+
+        out[method] = {
+            "final_truncated": mean_se([r["evals"][-1].get("truncated") or float("nan") for r in mine]),
+            "final_length": mean_se([r["evals"][-1].get("response_length") or float("nan") for r in mine]),
+            "late_has_answer": mean_se([late(r, "copo_has_answer") for r in mine]),
+            "late_surprisal": mean_se([late(r, "copo_token_surprisal") for r in mine]),
+            "late_push_global_share": mean_se([push_share(r) for r in mine]),
+        }
     return out
 
 
@@ -314,7 +378,44 @@ def markdown(result: dict) -> str:
             seeds = "; ".join(f"seed {q['seed']}: {q['gain']:+.3f} +- {q['se']:.3f} ({q['gained']} prompts only COPO "
                               f"solved, {q['lost']} only {method})" for q in p["per_seed"])
             lines.append(f"| {method} | {seeds} | {p['mean']:+.3f} | [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}] |")
+    if result.get("contrasts"):
+        lines += ["", "The cause, one departure from GRPO at a time (paired greedy difference at the end, as above):", "",
+                  "| contrast | what it measures | per seed | mean | 95% interval |", "|---|---|---|---|---|"]
+        for c in result["contrasts"]:
+            seeds = "; ".join(f"seed {q['seed']}: {q['gain']:+.3f} +- {q['se']:.3f}" for q in c["per_seed"])
+            lines.append(f"| {c['a']} - {c['b']} | {c['what']} | {seeds} | {c['mean']:+.3f} | "
+                         f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] |")
+    if result.get("mechanism"):
+        lines += ["", "What the accuracy rides on, per method (mean +- SE over seeds): the sampled held-out evaluation's "
+                  "share of responses cut at the length limit and their mean length in tokens at the end; over the "
+                  "second half of training, the share of responses stating an answer, the token surprisal (the "
+                  "policy's entropy on its own samples, nats) and the global term's share of the push on the sampled "
+                  "tokens (blank: not logged by those runs).", "",
+                  "| method | held-out truncated | held-out length | states an answer | token surprisal "
+                  "| global share of push |", "|---|---|---|---|---|---|"]
+
+        def g(pair):
+            return "" if pair[0] != pair[0] else f(pair)
+
+        for method, m in result["mechanism"].items():
+            lines.append(f"| {method} | {g(m['final_truncated'])} | {g(m['final_length'])} | "
+                         f"{g(m['late_has_answer'])} | {g(m['late_surprisal'])} | {g(m['late_push_global_share'])} |")
     return "\n".join(lines) + "\n"
+
+
+#: The step panels of the plot: the regime, then what the global term does to the model (issue 31).
+STEP_PANELS = {"copo_zero_std": "share of zero-std groups",
+               "copo_signal_copo": "share of responses with a gradient signal",
+               "response_length": "training response length (tokens)",
+               "truncated": "training responses cut at the length limit",
+               "push_global_share": "global term's share of the push on sampled tokens"}
+
+
+def _step_panel_value(method: str, step: dict, key: str):
+    if key == "push_global_share":
+        g, l_ = step.get("copo_push_global_sq"), step.get("copo_push_local_sq")
+        return g / (g + l_) if g is not None and l_ is not None and g + l_ > 0 else None
+    return _step_value(method, step, key)
 
 
 def _draw_seeds(ax, curves: List[Dict[float, float]], color: str) -> List[float]:
@@ -335,7 +436,8 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, grid = plt.subplots(2, 3, figsize=(15, 8.4))
+    axes = grid.flatten()
     for i, method in enumerate(result["table"]):
         color = f"C{i}"
         runs = [r for r in result["runs"] if r["method"] == method and r["evals"]]
@@ -350,17 +452,21 @@ def plot(result: dict, path: Path) -> None:
             pts = [(m, _mean([e["greedy_se"] for e in runs[0]["evals"] if e["generated"] == x])) for (m, _), x in zip(pts, xs)]
         axes[0].errorbar(xs, [m for m, _ in pts], yerr=[0 if e != e else e for _, e in pts], marker="o",
                          capsize=3, color=color, label=f"{method} ({len(runs)} seeds)")
-        for ax, key in ((axes[1], "copo_zero_std"), (axes[2], "copo_signal_copo")):
-            curves = [{(s.get(PROMPTS_CONSUMED) or float("nan")) * SAMPLES_PER_PROMPT: _step_value(method, s, key)
+        for ax, key in zip(axes[1:], STEP_PANELS):
+            curves = [{(s.get(PROMPTS_CONSUMED) or float("nan")) * SAMPLES_PER_PROMPT: _step_panel_value(method, s, key)
                        for s in r["steps"]} for r in runs]
+            curves = [{x: v for x, v in c.items() if v is not None and v == v} for c in curves]
+            if not any(curves):
+                continue  # runs made before the metric was logged
             xs = _draw_seeds(ax, curves, color)
             ax.plot(xs, [_mean([c[x] for c in curves]) for x in xs], marker=".", color=color, label=method)
-    for ax, title in zip(axes, ("held-out greedy accuracy: seeds (thin), mean +- SE over seeds",
-                                "share of zero-std groups", "share of responses with a gradient signal")):
+    for ax, title in zip(axes, ["held-out greedy accuracy: seeds (thin), mean +- SE over seeds",
+                                *STEP_PANELS.values()]):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("generated samples")
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.lines:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

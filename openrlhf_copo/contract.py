@@ -43,7 +43,7 @@ NO_ANSWER_PREFIX = "noanswer:"
 
 # The metrics COPO logs (through experience.info or the training step's status, into OpenRLHF's logger), declared
 # once with their meaning. Written by openrlhf_ext/advantages.py and patches/, read by the demo's summary and plots;
-# the README's Metrics section names every one (tests/test_contract.py).
+# docs/openrlhf.md's Metrics section names every one (tests/test_contract.py).
 
 #: Per response, averaged over the step by OpenRLHF.
 ENTROPY = "copo_entropy"  # consistency entropy H of the response's prompt
@@ -70,11 +70,20 @@ ENGINE_LOGPROB_ABSDIFF = "copo_rollout_logprob_absdiff_engine{}"
 LOSS_LOCAL = "copo_loss_local"
 LOSS_GLOBAL = "copo_loss_global"
 CLIP_RATIO_GLOBAL = "copo_clip_ratio_global"
+#: Per training step, token means of each term's push on the sampled tokens' log-probs (openrlhf_ext/loss.py):
+#: share of the global term = PUSH_GLOBAL_SQ / (PUSH_LOCAL_SQ + PUSH_GLOBAL_SQ), cosine = PUSH_DOT / sqrt(product).
+PUSH_LOCAL_SQ = "copo_push_local_sq"
+PUSH_GLOBAL_SQ = "copo_push_global_sq"
+PUSH_DOT = "copo_push_dot"
+#: Per response, the mean over its tokens of -log pi(token) under the trainer at rollout time: at temperature 1
+#: (on-policy samples) an unbiased estimate of the policy's per-token entropy on its own responses.
+TOKEN_SURPRISAL = "copo_token_surprisal"
 #: Every metric above (the engine one as its pattern), and the reward file's.
-METRICS = (ENTROPY, W_LOCAL, W_GLOBAL, W_LOCAL_MID, MIXED_LOCAL_LOST, LOCAL_ADV, GLOBAL_ADV_RAW, ALL_CORRECT, ALL_INCORRECT, ZERO_STD,
-           SIGNAL_GRPO, SIGNAL_COPO, ROLLOUT_LOGPROB_ABSDIFF, GLOBAL_ADV_STD, PROMPT_REWARD_MEAN, NUM_PROMPTS,
-           NUM_ENGINES, ENGINE_LOGPROB_ABSDIFF, LOSS_LOCAL, LOSS_GLOBAL, CLIP_RATIO_GLOBAL, WEIGHTED_GLOBAL_ADV,
-           CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR)
+METRICS = (ENTROPY, W_LOCAL, W_GLOBAL, W_LOCAL_MID, MIXED_LOCAL_LOST, LOCAL_ADV, GLOBAL_ADV_RAW, ALL_CORRECT,
+           ALL_INCORRECT, ZERO_STD, SIGNAL_GRPO, SIGNAL_COPO, ROLLOUT_LOGPROB_ABSDIFF, TOKEN_SURPRISAL, GLOBAL_ADV_STD,
+           PROMPT_REWARD_MEAN, NUM_PROMPTS, NUM_ENGINES, ENGINE_LOGPROB_ABSDIFF, LOSS_LOCAL, LOSS_GLOBAL,
+           CLIP_RATIO_GLOBAL, PUSH_LOCAL_SQ, PUSH_GLOBAL_SQ, PUSH_DOT, WEIGHTED_GLOBAL_ADV, CORRECT, HAS_ANSWER,
+           VERIFY_FAILED, LABEL_ERROR)
 
 # Names every process of a run agrees on (the driver sets them, Ray's workers read them).
 

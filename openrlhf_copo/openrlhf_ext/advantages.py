@@ -20,10 +20,10 @@ from typing import List
 import torch
 
 from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, ANSWER_ID, CORRECT, ENGINE_LOGPROB_ABSDIFF, ENTROPY,
-                                    GLOBAL_ADV_RAW, GLOBAL_ADV_STD, LOCAL_ADV, MIXED_LOCAL_LOST, NUM_ENGINES, NUM_PROMPTS,
-                                    PROMPT_REWARD_MEAN, ROLLOUT_ENGINE_SEED, ROLLOUT_LOGPROB_ABSDIFF, SIGNAL_COPO,
-                                    SIGNAL_GRPO, VERIFY_FAILED, W_GLOBAL, W_LOCAL, W_LOCAL_MID, WEIGHTED_GLOBAL_ADV,
-                                    ZERO_STD, info_tensor)
+                                    GLOBAL_ADV_RAW, GLOBAL_ADV_STD, LOCAL_ADV, MIXED_LOCAL_LOST, NUM_ENGINES,
+                                    NUM_PROMPTS, PROMPT_REWARD_MEAN, ROLLOUT_ENGINE_SEED, ROLLOUT_LOGPROB_ABSDIFF,
+                                    SIGNAL_COPO, SIGNAL_GRPO, TOKEN_SURPRISAL, VERIFY_FAILED, W_GLOBAL, W_LOCAL,
+                                    W_LOCAL_MID, WEIGHTED_GLOBAL_ADV, ZERO_STD, info_tensor)
 from openrlhf_copo.core import copo_advantages
 from openrlhf_copo.openrlhf_ext.config import CopoConfigError, copo_settings
 
@@ -182,6 +182,12 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
             mask = exp.action_mask.to(torch.float32)
             diff = (exp.rollout_log_probs.float() - exp.action_log_probs.float()).abs() * mask
             exp.info[ROLLOUT_LOGPROB_ABSDIFF] = diff.sum(1) / mask.sum(1).clamp(min=1)
+        if exp.action_log_probs is not None:
+            # The policy's per-token entropy on its own samples, estimated without a second forward: the mean
+            # surprisal -log pi(token) of the sampled tokens (unbiased at temperature 1). A global term that
+            # pushes down every token of all-incorrect responses shows here as a rising entropy.
+            mask = exp.action_mask.to(torch.float32)
+            exp.info[TOKEN_SURPRISAL] = -(exp.action_log_probs.float() * mask).sum(1) / mask.sum(1).clamp(min=1)
     batch_constants.update(engine_metrics(experiences, args.train.seed))
 
     for i, exp in enumerate(experiences):

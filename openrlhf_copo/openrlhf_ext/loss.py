@@ -8,13 +8,24 @@ homogeneous, though (w >= 0: w min(r A, clip(r) A) = min(r wA, clip(r) wA), dual
 included), so each weighted term is exactly PolicyLoss of the weighted advantage. Both calls
 share the ratio, mask, loss aggregation and importance-sampling correction, because they are
 the same PolicyLoss object with the same arguments.
+
+What each term does to the update is logged as its *push* on the sampled tokens: the gradient of
+the term with respect to each token's log-prob, times the term's normalizer (tokens, or samples
+under sequence-mean), so that a token's push is -A r where the clip is inactive. The logged token
+means of push_local^2, push_global^2 and push_local * push_global give, per step, each term's
+share of the push (push_global^2 / (push_local^2 + push_global^2)) and their cosine
+(push_local * push_global / sqrt(push_local^2 push_global^2)): whether the global term adds to
+GRPO's signal, fights it, or replaces it. Computed on a detached copy of the log-probs (one
+elementwise backward, no second pass through the model).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional, Tuple
 
 import torch
+
+from openrlhf_copo.contract import CLIP_RATIO_GLOBAL, LOSS_GLOBAL, LOSS_LOCAL, PUSH_DOT, PUSH_GLOBAL_SQ, PUSH_LOCAL_SQ
 
 # What OpenRLHF's training step passes to the loss to normalize it over the optimizer step (and all ranks).
 STEP_NORMALIZERS = ("dp_size", "batch_num_tokens", "global_batch_size")
@@ -28,7 +39,8 @@ class CopoPolicyLoss(torch.nn.Module):
         super().__init__()
         self.base = base
         self.global_advantages: Optional[torch.Tensor] = None
-        self.last_terms: Optional[tuple] = None  # (local loss, global loss, global clip ratio), detached
+        #: What the training step logs for the last micro-batch: metric -> (detached value, OpenRLHF's weight).
+        self.last_terms: Optional[Dict[str, Tuple[torch.Tensor, str]]] = None
 
     @property
     def term_weight(self) -> str:
@@ -51,6 +63,7 @@ class CopoPolicyLoss(torch.nn.Module):
             global_adv = global_adv * action_mask
         local = self.base(log_probs, old_log_probs, advantages, action_mask=action_mask, **kwargs)
         glob = self.base(log_probs, old_log_probs, global_adv, action_mask=action_mask, **kwargs)
+        own = {k: v for k, v in kwargs.items() if k not in STEP_NORMALIZERS}
         if kwargs.get("batch_num_tokens") is not None or kwargs.get("global_batch_size") is not None:
             # The returned terms are divided by the whole optimizer step's token (sample) count, so that
             # the micro-batches sum to one mean. Logged with OpenRLHF's token (sample) weights, such a term
@@ -58,15 +71,32 @@ class CopoPolicyLoss(torch.nn.Module):
             # responses into micro-batches and on the number of ranks. The logged terms are this
             # micro-batch's own means instead; weighted by its token (sample) count they add up to the
             # step's exact mean, for any micro-batching and any number of ranks.
-            own = {k: v for k, v in kwargs.items() if k not in STEP_NORMALIZERS}
             with torch.no_grad():
                 local_mean = self.base(log_probs, old_log_probs, advantages, action_mask=action_mask, **own)[0]
                 global_mean = self.base(log_probs, old_log_probs, global_adv, action_mask=action_mask, **own)[0]
         else:
             local_mean, global_mean = local[0], glob[0]
-        self.last_terms = (local_mean.detach(), global_mean.detach(), glob[1].detach())
+        w = self.term_weight
+        self.last_terms = {LOSS_LOCAL: (local_mean.detach(), w), LOSS_GLOBAL: (global_mean.detach(), w),
+                           CLIP_RATIO_GLOBAL: (glob[1].detach(), "token"),
+                           **self.pushes(log_probs, old_log_probs, advantages, global_adv, action_mask, own)}
         # PPO-KL and IS statistics are the local term's (same ratio in both terms). So is the clip ratio, unless
         # the micro-batch has no local term at all (GO-Only, all-incorrect prompts under zero control): then the
         # global term's, so that OpenRLHF's ppo_clip_ratio does not read 0 while the global term is clipped.
         clip_ratio = local[1] if bool((advantages != 0).any()) else glob[1]
         return (local[0] + glob[0], clip_ratio) + tuple(local[2:])
+
+    def pushes(self, log_probs, old_log_probs, local_adv, global_adv, action_mask, kwargs) -> Dict[str, tuple]:
+        """Token means of push_local^2, push_global^2 and push_local * push_global over the micro-batch's action
+        tokens (see the module docstring), each weighted by tokens in OpenRLHF's log: exact step means."""
+        lp = log_probs.detach().float().requires_grad_(True)
+        mask = torch.ones_like(lp) if action_mask is None else action_mask.to(lp.dtype)
+        scale = mask.sum() if self.term_weight == "token" else torch.tensor(float(lp.shape[0]))
+        with torch.enable_grad():
+            push = [torch.autograd.grad(self.base(lp, old_log_probs.float(), adv.float(), action_mask=action_mask,
+                                                  **kwargs)[0], lp)[0] * scale * mask
+                    for adv in (local_adv, global_adv)]
+        tokens = mask.sum().clamp(min=1)
+        return {name: ((a * b).sum() / tokens, "token")
+                for name, a, b in ((PUSH_LOCAL_SQ, push[0], push[0]), (PUSH_GLOBAL_SQ, push[1], push[1]),
+                                   (PUSH_DOT, push[0], push[1]))}

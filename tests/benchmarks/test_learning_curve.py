@@ -28,6 +28,8 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
     assert (parsed["grpo"].algo.advantage.estimator, parsed["grpo"].copo.mode) == ("copo", "grpo")
     assert (parsed["copo"].algo.advantage.estimator, parsed["copo"].copo.mode) == ("copo", None)
     assert parsed["go_only"].algo.advantage.estimator == "go_only"
+    assert parsed["copo_selective"].algo.advantage.estimator == "copo_selective"  # issue 31's controlled changes
+    assert parsed["go_selective"].algo.advantage.estimator == "go_selective"
     dapo = parsed["dapo"]
     assert dapo.algo.advantage.estimator == "group_norm"  # COPO refuses dynamic filtering: OpenRLHF's own
     assert dapo.algo.dynamic_filtering_enable and tuple(dapo.actor.eps_clip_low_high) == (0.2, 0.28)
@@ -125,3 +127,41 @@ def test_the_report_covers_every_finished_run_whatever_methods_ran(lc, tmp_path)
     assert result["table"]["go_only"]["heldout_before"][0] == pytest.approx(0.5)  # COPO's step 0, shared
     assert result["table"]["go_only"]["gain"][0] == pytest.approx(-0.25)
     assert [p for p in result["paired"]] == ["go_only"]
+
+
+def test_contrasts_and_mechanism_isolate_one_departure_from_grpo_at_a_time(lc, tmp_path):
+    """COPO minus COPO-Selective, GO-Selective minus GRPO, COPO-Selective minus GRPO, paired by prompt and seed.
+    Seed 0: copo 1100, copo_selective 1110 -> -0.25; go_selective 0100, grpo 1100 -> -0.25; copo_selective 1110
+    minus grpo 1100 -> +0.25. The mechanism table: the sampled evaluation's final truncation and length, and over
+    the second half of training (steps 2-3 of 3) the global share of the push: (1 + 3) / 2 = 2 global^2 against
+    (1 + 1) / 2 = 1 local^2 -> 2 / 3."""
+    steps = [{"copo_push_global_sq": 9.0, "copo_push_local_sq": 0.0, "copo_has_answer": 0.5},
+             {"copo_push_global_sq": 1.0, "copo_push_local_sq": 1.0, "copo_has_answer": 1.0},
+             {"copo_push_global_sq": 3.0, "copo_push_local_sq": 1.0, "copo_has_answer": 0.8}]
+    infos = [_write_run(tmp_path, "copo", 0, [(0, 0.5, 0.5), (3, 0.5, 0.5)], steps, "1100"),
+             _write_run(tmp_path, "copo_selective", 0, [(3, 0.5, 0.5)], [], "1110"),
+             _write_run(tmp_path, "go_selective", 0, [(3, 0.5, 0.5)], [], "0100"),
+             _write_run(tmp_path, "grpo", 0, [(3, 0.5, 0.5)], [], "1100")]
+    metrics = tmp_path / "copo-seed0" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    rows[1].update(eval_truncated_rate=0.25, eval_response_length_mean=30.0)  # the final evaluation
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = lc.summarize(type("A", (), {"out": tmp_path, "methods": list(lc.METHODS)}), infos)
+    got = {(c["a"], c["b"]): c["mean"] for c in result["contrasts"]}
+    assert got == pytest.approx({("copo", "copo_selective"): -0.25, ("go_selective", "grpo"): -0.25,
+                                 ("copo_selective", "grpo"): 0.25})
+    m = result["mechanism"]["copo"]
+    assert m["final_truncated"][0] == 0.25 and m["final_length"][0] == 30.0
+    assert m["late_push_global_share"][0] == pytest.approx(2 / 3) and m["late_has_answer"][0] == pytest.approx(0.9)
+    assert m["late_surprisal"][0] != m["late_surprisal"][0]  # not logged: nan, shown blank
+    result["settings"] = {"steps": 3, "prompts_per_step": 6, "samples_per_prompt": 4, "n_test": 4, "n_sampled": 2,
+                          "eval_k": 2, "seeds_run": [0], "machine_hours": 0.1}
+    result["environment"] = {"date": "d", "machine": "m", "versions": {}}
+    text = lc.markdown(result)
+    assert "| go_selective - grpo | the same term added to GRPO (GO-Selective minus GRPO) | seed 0: -0.250" in text
+    assert "| copo | 0.250 | 30.000 | 0.900 |  | 0.667 |" in text
+
+
+def test_seed_order_must_name_seeds_of_the_run(lc, tmp_path):
+    with pytest.raises(SystemExit):
+        lc.main(["--seeds", "2", "--seed_order", "2", "--out", str(tmp_path)])

@@ -160,6 +160,27 @@ def test_preflight_passes_good_input(tmp_path, tiny_model_dir):
                                   "--data.label_key", "label", model=tiny_model_dir)))
 
 
+def warnings_in(err: str) -> list:
+    """The start-up warnings among stderr's lines (the regime line is not one)."""
+    return [line for line in err.strip().splitlines() if "COPO regime" not in line]
+
+
+def test_the_start_line_states_which_answer_splits_keep_the_local_term(load_args, capsys):
+    """G = 4, gamma 20, rho 1.5 (the benchmark's): H of 3+1 = 0.811 bits -> w_local sigmoid(20 (0.811 - 1.5)) =
+    1.0e-6; 2+2 = 1 bit -> sigmoid(-10) = 4.5e-5; 2+1+1 = 1.5 bits -> 0.5; 1+1+1+1 = 2 bits -> sigmoid(10) = 1.
+    The released preset (gamma 5, rho 1) keeps the local term in every split: 3+1 -> sigmoid(5 (0.811 - 1)) = 0.28."""
+    load_args(copo_argv())
+    line = [x for x in capsys.readouterr().err.splitlines() if "COPO regime" in x]
+    assert len(line) == 1
+    assert ("keep the local term: 2+1+1 (H 1.5, w_local 0.5), 1+1+1+1 (H 2, w_local 1); that train on the global "
+            "term alone (w_local < 0.05): 3+1 (H 0.811, w_local 1e-06), 2+2 (H 1, w_local 4.5e-05)") in line[0]
+    load_args(copo_argv("--copo.gamma", "5", "--copo.rho", "1"))
+    line = [x for x in capsys.readouterr().err.splitlines() if "COPO regime" in x][0]
+    assert "3+1 (H 0.811, w_local 0.28)" in line and "global term alone (w_local < 0.05): none" in line
+    load_args(copo_argv("--copo.mode", "grpo"))  # no blend: no regime to state
+    assert "COPO regime" not in capsys.readouterr().err
+
+
 def test_too_few_samples_for_rho_is_warned_at_start(load_args, capsys):
     """Warned from the entropies G can attain. G = 2: H is 0 or 1 bit, never above rho 1.5 (w_local at most
     sigmoid(-10)). G = 3: 0, 0.918 or 1.585 bits; only the all-different pattern passes rho, the next one gives
@@ -167,10 +188,10 @@ def test_too_few_samples_for_rho_is_warned_at_start(load_args, capsys):
     load_args(copo_argv())  # G = 4: [2,1,1] is at H = 1.5 exactly, w_local 0.5
     assert "warning" not in capsys.readouterr().err
     load_args(copo_argv("--rollout.n_samples_per_prompt", "2"))
-    err = capsys.readouterr().err.strip().splitlines()
+    err = warnings_in(capsys.readouterr().err)
     assert len(err) == 1 and "no answer pattern reaches w_local 0.05" in err[0] and "1+1: H 1 w_local 4.5e-05" in err[0]
     load_args(copo_argv("--rollout.n_samples_per_prompt", "3"))
-    err = capsys.readouterr().err.strip().splitlines()
+    err = warnings_in(capsys.readouterr().err)
     assert len(err) == 1 and "only the all-different pattern (H 1.58)" in err[0], err
     assert "2+1: H 0.918 w_local 8.9e-06" in err[0] and "1 of 2 split patterns blend" in err[0]
     load_args(copo_argv("--rollout.n_samples_per_prompt", "3", "--copo.rho", "0.8"))  # 2+1 now blends

@@ -21,10 +21,10 @@ REWARDS = [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0]]
 IDS = [[7, 7, 7, 7], [3, 3, 4, 4], [7, 5, 7, 6]]
 
 
-def made_experiences(args, micro_batch=3):
+def made_experiences(args, micro_batch=3, rewards=REWARDS, ids=IDS):
     args.rollout.micro_batch_size = micro_batch
     maker = maker_for(args)
-    samples = make_rollout(REWARDS, IDS)
+    samples = make_rollout(rewards, ids)
     experiences = maker.split_rollout_samples(samples)  # OpenRLHF's own indexing and micro-batching
     for exp in experiences:
         exp.action_log_probs = torch.zeros_like(exp.action_mask, dtype=torch.float32)
@@ -42,7 +42,7 @@ def per_sample(experiences, fn):
     out = torch.empty(sum(len(e.index) for e in experiences))
     for exp in experiences:
         out[torch.tensor(exp.index)] = fn(exp).float()
-    return out.reshape(len(REWARDS), -1)
+    return out.reshape(-1, len(REWARDS[0]))
 
 
 def test_copo_advantages_reach_each_response(load_args):
@@ -62,6 +62,23 @@ def test_copo_advantages_reach_each_response(load_args):
     assert per_sample(experiences, lambda e: e.info["copo_signal_grpo"]).mean().item() == pytest.approx(4 / 12)
     assert per_sample(experiences, lambda e: e.info["copo_signal_copo"]).mean().item() == pytest.approx(1.0)
     assert per_sample(experiences, lambda e: e.info["copo_all_incorrect"]).mean().item() == pytest.approx(1 / 3)
+
+
+def test_mixed_groups_that_lost_their_local_term_and_the_token_surprisal(load_args):
+    """G = 4 at gamma 20, rho 1.5: a 3-right / 1-wrong group with two answers (3+1, H 0.811 bits, w_local 1e-6) and
+    a 2+2 one (H 1, w_local 4.5e-5) lose their local term; a 2+1+1 mixed group (H 1.5, w_local 0.5) keeps it; an
+    all-wrong group is not mixed. So 2 of 4 groups count, 8 of 16 responses."""
+    rewards = [[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0]]
+    ids = [[7, 7, 7, 5], [7, 7, 5, 5], [7, 5, 7, 6], [3, 3, 4, 4]]
+    maker, experiences = made_experiences(load_args(copo_argv()), micro_batch=5, rewards=rewards, ids=ids)
+    for exp in experiences:  # log-prob -0.5 (i + 1) on every action token of response i, -9 where masked out
+        per_response = -0.5 * (1 + torch.tensor(exp.index, dtype=torch.float32)).unsqueeze(1)
+        exp.action_log_probs = torch.where(exp.action_mask.bool(), per_response, torch.tensor(-9.0))
+    experiences = maker.compute_advantages_and_returns(experiences)
+    lost = per_sample(experiences, lambda e: e.info["copo_mixed_local_lost"])
+    assert lost.tolist() == [[1.0] * 4, [1.0] * 4, [0.0] * 4, [0.0] * 4]
+    surprisal = per_sample(experiences, lambda e: e.info["copo_token_surprisal"])
+    assert surprisal.flatten().tolist() == pytest.approx([0.5 * (1 + i) for i in range(16)])
 
 
 # The paper's format reward for base models: 0 no answer, 0.1 formatted but wrong, 1 correct. The middle
@@ -180,14 +197,15 @@ def test_engines_feeding_the_batch_and_each_engines_logprob_gap(load_args):
     assert info["copo_num_prompts"].tolist() == [3.0]
     assert info["copo_rollout_logprob_absdiff_engine0"].item() == pytest.approx(0.001, abs=1e-6)
     assert info["copo_rollout_logprob_absdiff_engine1"].item() == pytest.approx(0.5, abs=1e-6)
-    # every metric the step writes is declared in the contract (the README names each: tests/test_contract.py)
+    # every metric the step writes is declared in the contract (docs/openrlhf.md names each: tests/test_contract.py)
     from openrlhf_copo.contract import ENGINE_LOGPROB_ABSDIFF, METRICS
 
     written = {k for k in info if k.startswith("copo_")}
     declared = set(METRICS) | {ENGINE_LOGPROB_ABSDIFF.format(e) for e in (0, 1)}
     assert written <= declared, written - declared
-    # 12 per response, 4 per batch, 2 engines, the weighted global term, and the reward's copo_correct
-    assert len(written) == 20, sorted(written)
+    # 14 per response (the token surprisal among them), 4 per batch, 2 engines, the weighted global term, and the
+    # reward's copo_correct
+    assert len(written) == 22, sorted(written)
 
 
 def test_a_group_mixing_two_prompts_is_refused(load_args):

@@ -33,7 +33,8 @@ def test_logged_terms_are_exact_step_means_for_any_micro_batching(token_level):
     # The whole step as one micro-batch, no step normalizers: the terms are the step's means.
     loss.global_advantages = weighted_global
     whole = loss(logp, old, local, action_mask=mask)
-    step_local, step_global, _ = (t.item() for t in loss.last_terms)
+    step_local, step_global = (loss.last_terms[k][0].item() for k in ("copo_loss_local", "copo_loss_global"))
+    assert {loss.last_terms[k][1] for k in ("copo_loss_local", "copo_loss_global")} == {weight}
 
     # The same step in micro-batches of 1 and 2 and 3 responses, normalized as OpenRLHF's ppo_train does.
     total = {"dp_size": 1, "batch_num_tokens": mask.sum(), "global_batch_size": torch.tensor(8.0)}
@@ -44,8 +45,29 @@ def test_logged_terms_are_exact_step_means_for_any_micro_batching(token_level):
             returned = loss(logp[rows], old[rows], local[rows], action_mask=mask[rows], **total)[0]
             summed += returned.item()
             n = mask[rows].sum() if token_level else len(rows)
-            logged += n * torch.stack(loss.last_terms[:2])  # what ppo_train's weighting does
+            terms = loss.last_terms
+            logged += n * torch.stack([terms["copo_loss_local"][0], terms["copo_loss_global"][0]])  # ppo_train's weighting
         # The optimized loss is unchanged: the micro-batches still sum to the step's loss.
         assert summed == pytest.approx(whole[0].item(), rel=1e-5)
         logged /= mask.sum() if token_level else 8
         assert logged.tolist() == pytest.approx([step_local, step_global], rel=1e-5)
+
+
+def test_each_terms_push_on_the_sampled_tokens():
+    """On-policy (ratio 1, nothing clipped), a token's push from a term is -A of that term (the gradient of the
+    term's token mean times the token count). Two responses, 2 and 3 tokens:
+    local A = [+1, -2], global A = [-0.5, -0.5]: pushes local [-1, -1 | 2, 2, 2], global [0.5, 0.5 | 0.5, 0.5, 0.5].
+    Token means: local^2 (1 + 1 + 4 + 4 + 4) / 5 = 2.8; global^2 1.25 / 5 = 0.25; local x global
+    (-0.5 - 0.5 + 1 + 1 + 1) / 5 = 0.4. So the global term's share of the push is 0.25 / 3.05 and the cosine
+    0.4 / sqrt(2.8 x 0.25) = 0.478: here it pushes mostly with the local term."""
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    logp = torch.full((2, 3), -0.7, requires_grad=True)
+    local = torch.tensor([[1.0], [-2.0]]).expand(2, 3) * mask
+    loss = CopoPolicyLoss(PolicyLoss())
+    loss.global_advantages = torch.tensor([-0.5, -0.5])
+    loss(logp, logp.detach(), local, action_mask=mask, dp_size=1, batch_num_tokens=mask.sum(),
+         global_batch_size=torch.tensor(2.0))
+    got = {k: v[0].item() for k, v in loss.last_terms.items() if k.startswith("copo_push")}
+    assert got == pytest.approx({"copo_push_local_sq": 2.8, "copo_push_global_sq": 0.25, "copo_push_dot": 0.4})
+    assert {loss.last_terms[k][1] for k in got} == {"token"}
+    assert logp.grad is None  # measured on a copy: the model's gradient is untouched
