@@ -64,6 +64,12 @@ METHODS: Dict[str, List[str]] = {
     # go_selective: GRPO plus the global term alone on all-incorrect prompts (that term added to GRPO).
     "copo_selective": ["--advantage_estimator", "copo_selective"],
     "go_selective": ["--advantage_estimator", "go_selective"],
+    # Sequence-mean aggregation (the released code's seq-mean-token-mean) for COPO and for GRPO, its control: under
+    # OpenRLHF's token-mean a 64-token truncated response weighs five times a 12-token answer, and COPO gives the lone
+    # wrong response of a 3+1 group the prompt's global advantage, positive when the prompt is above the batch mean.
+    "copo_seqmean": ["--advantage_estimator", "copo", "--actor.loss_agg_mode", "seq-mean-token-mean"],
+    "grpo_seqmean": ["--advantage_estimator", "copo", "--copo.mode", "grpo", "--actor.loss_agg_mode",
+                     "seq-mean-token-mean"],
 }
 
 
@@ -80,6 +86,9 @@ CONTRASTS = [
     ("go_selective", "grpo", "the same term added to GRPO (GO-Selective minus GRPO)"),
     ("copo_selective", "grpo", "COPO's blending of mixed groups and its global term on all-correct prompts, with "
                                "nothing on all-incorrect ones (COPO-Selective minus GRPO)"),
+    ("copo_seqmean", "copo", "sequence-mean instead of token-mean aggregation, for COPO"),
+    ("grpo_seqmean", "grpo", "sequence-mean instead of token-mean aggregation, for GRPO"),
+    ("copo_seqmean", "grpo_seqmean", "COPO minus GRPO, both under sequence-mean aggregation"),
 ]
 #: What the report keeps of each logged step: the regime, the mechanism diagnostics, the cost.
 STEP_KEYS = ("step", "copo_correct", "copo_zero_std", "copo_signal_grpo", "copo_signal_copo", "copo_w_local",
