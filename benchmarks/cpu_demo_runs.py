@@ -1,4 +1,4 @@
-"""Fresh runs of the CPU demo, made as a new user makes them, and the README's table of them.
+"""Fresh runs of the CPU demo, made as a new user makes them, and the table of them in docs/cpu-demo.md.
 
     .venv/bin/python benchmarks/cpu_demo_runs.py --runs 5 --out benchmarks/results/cpu_demo/2026-11-25-g6
     .venv/bin/python benchmarks/cpu_demo_runs.py --out benchmarks/results/cpu_demo/2026-11-25-g6 --report_only

@@ -12,7 +12,7 @@
 #   RAY_ADDRESS=http://127.0.0.1:8265 ray job submit --working-dir . -- \
 #       python -m openrlhf_copo.cli.train_ppo_ray --advantage_estimator copo ...
 #
-# The slot counts decide OpenRLHF's placement (docs: README, "More than one node"): the two vLLM engines
+# The slot counts decide OpenRLHF's placement (docs/multi-node-and-gpu.md): the two vLLM engines
 # (one placement group, PACK) take two of the head's three slots; with `--actor.num_nodes 2
 # --actor.num_gpus_per_node 1` DeepSpeed rank 0 takes the head's last slot and rank 1 goes to the second
 # node, where the reference model takes the other slot.

@@ -25,15 +25,15 @@ def test_sample_outcome_from_reward_logs_and_experience_info():
     assert REWARD_LOGS[0] == ANSWER_ID
 
 
-def test_every_metric_is_declared_once_and_named_in_the_readme():
+def test_every_metric_is_declared_once_and_named_in_the_docs():
     import re
     from pathlib import Path
 
     from openrlhf_copo.contract import ENGINE_LOGPROB_ABSDIFF, METRICS
 
     assert len(set(METRICS)) == len(METRICS) and all(m.startswith("copo_") for m in METRICS)
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Metrics"):readme.index("## How it plugs into OpenRLHF")]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "openrlhf.md").read_text()
+    section = page.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"`(copo_[a-z_0-9<>]+)`", section))
     assert {m.replace("{}", "<i>") for m in METRICS} == named, named ^ {m.replace("{}", "<i>") for m in METRICS}
     assert ENGINE_LOGPROB_ABSDIFF.format(3) == "copo_rollout_logprob_absdiff_engine3"

@@ -11,7 +11,7 @@ rho = 1.5, so w_local can pass 1/2: answers split 2/2/2 give H = 1.58 and w_loca
 and w_local = 0.31) a batch holds mixed, all-incorrect and a few all-correct groups and the consistency entropy
 varies by prompt. With G = 4 the demo's held-out gain was unreliable (five fresh runs on 2026-11-25: two rose
 beyond 2 paired SE, one fell, with up to 61% all-incorrect groups, which only the global term trains on); with
-G = 6, nine of ten rose and none fell (README, "CPU demo"); the reward is 0/1 on the response's final number
+G = 6, nine of ten rose and none fell (docs/cpu-demo.md); the reward is 0/1 on the response's final number
 (`math_last_number_reward.py`), an answer form a 135M model produces; the actor and vLLM run in fp32
 (`--ds.param_dtype fp32`, the CPU path's), several times faster than bf16 on a CPU without bf16 units.
 
@@ -42,7 +42,7 @@ from openrlhf_copo.evaluation.metrics import paired_difference, parse_outcomes
 from openrlhf_copo.files import jsonl_rows
 
 #: Sizes chosen to finish in about 10 minutes on 2 CPU cores, fresh caches included: 5.8-7.1 min in ten fresh
-#: runs on 2026-11-25; the CI machine is up to about 2x slower on some days (README, "CPU demo").
+#: runs on 2026-11-25; the CI machine is up to about 2x slower on some days (docs/cpu-demo.md).
 PROMPTS_PER_STEP = 6
 SAMPLES_PER_PROMPT = 6
 STEPS = 6

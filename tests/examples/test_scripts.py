@@ -192,8 +192,9 @@ def test_the_repositorys_default_checkpoint_and_data_folders_are_not_packed():
 
 
 def test_the_two_node_demo_command_parses_and_is_complete(load_args):
-    """scripts/two_nodes_demo.sh is the README's paste-able two-node command: every flag the CPU path needs is
-    there (a hidden `...` once left out --ds.attn_implementation sdpa), and the checkpoints go under runs/."""
+    """scripts/two_nodes_demo.sh is the paste-able two-node command of docs/multi-node-and-gpu.md: every flag the CPU
+    path needs is there (a hidden `...` once left out --ds.attn_implementation sdpa), and the checkpoints go under
+    runs/."""
     from openrlhf_copo.openrlhf_ext import cpu
 
     repo = SCRIPTS.parents[1]

@@ -7,7 +7,7 @@ an intermediate box before the final statement). Checked through the real reward
 
 - extraction: the reward reads the answer that was written last;
 - verdict: the reward's is math-verify's own `verify(parse(label), parse(answer))` on that answer's value
-  (`answer_value` of both: the README's extraction and value rules);
+  (`answer_value` of both: docs/rewards.md's extraction and value rules);
 - ids: no id holds two verdicts against one label (a merge of right with wrong moves COPO's weights).
 """
 
