@@ -92,7 +92,8 @@ CONTRASTS = [
 ]
 #: What the report keeps of each logged step: the regime, the mechanism diagnostics, the cost.
 STEP_KEYS = ("step", "copo_correct", "copo_zero_std", "copo_signal_grpo", "copo_signal_copo", "copo_w_local",
-             "copo_entropy", "copo_all_incorrect", "copo_mixed_local_lost", "dynamic_filtering_pass_rate",
+             "copo_entropy", "copo_all_incorrect", "copo_mixed_local_lost", "copo_incorrect_reinforced",
+             "copo_correct_penalized", "dynamic_filtering_pass_rate",
              "response_length", "truncated", "copo_has_answer", "copo_token_surprisal", "copo_push_local_sq",
              "copo_push_global_sq", "copo_push_dot", PROMPTS_CONSUMED, "timing/step_total")
 #: Flags of every run: the same draws from the same weights, and an evaluation at the end of every run.
@@ -285,7 +286,8 @@ def mechanism(runs: List[dict], methods: List[str]) -> Dict[str, dict]:
     """Per method, mean over seeds +- SE of what the held-out accuracy rides on: the sampled evaluation's
     share of responses cut at the length limit and their length at the end, and over the second half of training
     the share of responses stating an answer, the token surprisal (the policy's entropy on its samples) and the
-    global term's share of the push on the sampled tokens (missing where the runs did not log it)."""
+    global term's share of the push on the sampled tokens, and over all of training the share of responses pushed
+    the wrong way (an incorrect one raised or a correct one lowered; missing where the runs did not log it)."""
     out = {}
     for method in methods:
         mine = [r for r in runs if r["method"] == method and r["evals"]]
@@ -307,6 +309,10 @@ def mechanism(runs: List[dict], methods: List[str]) -> Dict[str, dict]:
             "late_has_answer": mean_se([late(r, "copo_has_answer") for r in mine]),
             "late_surprisal": mean_se([late(r, "copo_token_surprisal") for r in mine]),
             "late_push_global_share": mean_se([push_share(r) for r in mine]),
+            "pushed_wrong_way": mean_se([_mean([(s.get("copo_incorrect_reinforced") or 0) +
+                                                (s.get("copo_correct_penalized") or 0)
+                                                if s.get("copo_incorrect_reinforced") is not None else None
+                                                for s in r["steps"]]) for r in mine]),
         }
     return out
 
@@ -399,16 +405,18 @@ def markdown(result: dict) -> str:
                   "share of responses cut at the length limit and their mean length in tokens at the end; over the "
                   "second half of training, the share of responses stating an answer, the token surprisal (the "
                   "policy's entropy on its own samples, nats) and the global term's share of the push on the sampled "
-                  "tokens (blank: not logged by those runs).", "",
+                  "tokens; over all of training, the share of responses pushed the wrong way (an incorrect one "
+                  "raised or a correct one lowered; blank: not logged by those runs).", "",
                   "| method | held-out truncated | held-out length | states an answer | token surprisal "
-                  "| global share of push |", "|---|---|---|---|---|---|"]
+                  "| global share of push | pushed the wrong way |", "|---|---|---|---|---|---|---|"]
 
         def g(pair):
             return "" if pair[0] != pair[0] else f(pair)
 
         for method, m in result["mechanism"].items():
             lines.append(f"| {method} | {g(m['final_truncated'])} | {g(m['final_length'])} | "
-                         f"{g(m['late_has_answer'])} | {g(m['late_surprisal'])} | {g(m['late_push_global_share'])} |")
+                         f"{g(m['late_has_answer'])} | {g(m['late_surprisal'])} | {g(m['late_push_global_share'])} | "
+                         f"{g(m['pushed_wrong_way'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -417,6 +425,7 @@ STEP_PANELS = {"copo_zero_std": "share of zero-std groups",
                "copo_signal_copo": "share of responses with a gradient signal",
                "response_length": "training response length (tokens)",
                "truncated": "training responses cut at the length limit",
+               "copo_incorrect_reinforced": "incorrect responses raised (positive advantage)",
                "push_global_share": "global term's share of the push on sampled tokens"}
 
 

@@ -51,6 +51,8 @@ W_LOCAL = "copo_w_local"  # sigmoid(gamma (H - rho)), 0 under zero control
 W_GLOBAL = "copo_w_global"  # 1 - w_local
 W_LOCAL_MID = "copo_w_local_mid"  # 1 if the prompt blends both terms (0.05 < w_local < 0.95)
 MIXED_LOCAL_LOST = "copo_mixed_local_lost"  # 1 if the prompt's rewards differ but w_local < 0.05 (global term alone)
+INCORRECT_REINFORCED = "copo_incorrect_reinforced"  # 1 if incorrect and w_l A_l + w_g A_g > 0 (never under GRPO)
+CORRECT_PENALIZED = "copo_correct_penalized"  # 1 if correct and w_l A_l + w_g A_g < 0 (never under GRPO)
 LOCAL_ADV = "copo_local_adv"  # A_local (GRPO's group-normalized advantage)
 GLOBAL_ADV_RAW = "copo_global_adv_raw"  # A_global, before its weight
 ALL_CORRECT = "copo_all_correct"  # 1 if every response of the prompt is correct
@@ -79,11 +81,11 @@ PUSH_DOT = "copo_push_dot"
 #: (on-policy samples) an unbiased estimate of the policy's per-token entropy on its own responses.
 TOKEN_SURPRISAL = "copo_token_surprisal"
 #: Every metric above (the engine one as its pattern), and the reward file's.
-METRICS = (ENTROPY, W_LOCAL, W_GLOBAL, W_LOCAL_MID, MIXED_LOCAL_LOST, LOCAL_ADV, GLOBAL_ADV_RAW, ALL_CORRECT,
-           ALL_INCORRECT, ZERO_STD, SIGNAL_GRPO, SIGNAL_COPO, ROLLOUT_LOGPROB_ABSDIFF, TOKEN_SURPRISAL, GLOBAL_ADV_STD,
-           PROMPT_REWARD_MEAN, NUM_PROMPTS, NUM_ENGINES, ENGINE_LOGPROB_ABSDIFF, LOSS_LOCAL, LOSS_GLOBAL,
-           CLIP_RATIO_GLOBAL, PUSH_LOCAL_SQ, PUSH_GLOBAL_SQ, PUSH_DOT, WEIGHTED_GLOBAL_ADV, CORRECT, HAS_ANSWER,
-           VERIFY_FAILED, LABEL_ERROR)
+METRICS = (ENTROPY, W_LOCAL, W_GLOBAL, W_LOCAL_MID, MIXED_LOCAL_LOST, INCORRECT_REINFORCED, CORRECT_PENALIZED,
+           LOCAL_ADV, GLOBAL_ADV_RAW, ALL_CORRECT, ALL_INCORRECT, ZERO_STD, SIGNAL_GRPO, SIGNAL_COPO,
+           ROLLOUT_LOGPROB_ABSDIFF, TOKEN_SURPRISAL, GLOBAL_ADV_STD, PROMPT_REWARD_MEAN, NUM_PROMPTS, NUM_ENGINES,
+           ENGINE_LOGPROB_ABSDIFF, LOSS_LOCAL, LOSS_GLOBAL, CLIP_RATIO_GLOBAL, PUSH_LOCAL_SQ, PUSH_GLOBAL_SQ,
+           PUSH_DOT, WEIGHTED_GLOBAL_ADV, CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR)
 
 # Names every process of a run agrees on (the driver sets them, Ray's workers read them).
 

@@ -19,7 +19,8 @@ from typing import List
 
 import torch
 
-from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, ANSWER_ID, CORRECT, ENGINE_LOGPROB_ABSDIFF, ENTROPY,
+from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, ANSWER_ID, CORRECT, CORRECT_PENALIZED,
+                                    ENGINE_LOGPROB_ABSDIFF, ENTROPY, INCORRECT_REINFORCED,
                                     GLOBAL_ADV_RAW, GLOBAL_ADV_STD, LOCAL_ADV, MIXED_LOCAL_LOST, NUM_ENGINES,
                                     NUM_PROMPTS, PROMPT_REWARD_MEAN, ROLLOUT_ENGINE_SEED, ROLLOUT_LOGPROB_ABSDIFF,
                                     SIGNAL_COPO, SIGNAL_GRPO, TOKEN_SURPRISAL, VERIFY_FAILED, W_GLOBAL, W_LOCAL,
@@ -156,6 +157,10 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
         # paper's gamma and rho, every 3+1 and 2+2 answer split. Step mean / (1 - zero_std) = share of mixed groups.
         MIXED_LOCAL_LOST: ((rewards.amax(1) != rewards.amin(1)) & (adv.w_local.amax(1) < 0.05)).unsqueeze(1)
         .expand(-1, G).float(),
+        # Responses pushed the wrong way: an incorrect answer raised, a correct one lowered. GRPO never does either
+        # (its advantage has the sign of r - mean r); COPO does in a 3+1 group trained on the global term alone.
+        INCORRECT_REINFORCED: (~correct & (adv.weighted_local + adv.weighted_global > 0)).float(),
+        CORRECT_PENALIZED: (correct & (adv.weighted_local + adv.weighted_global < 0)).float(),
         LOCAL_ADV: adv.local_adv,
         GLOBAL_ADV_RAW: adv.global_adv,
         ALL_CORRECT: correct.all(1, keepdim=True).expand(-1, G).float(),

@@ -138,10 +138,13 @@ def test_contrasts_and_mechanism_isolate_one_departure_from_grpo_at_a_time(lc, t
     Seed 0: copo 1100, copo_selective 1110 -> -0.25; go_selective 0100, grpo 1100 -> -0.25; copo_selective 1110
     minus grpo 1100 -> +0.25. The mechanism table: the sampled evaluation's final truncation and length, and over
     the second half of training (steps 2-3 of 3) the global share of the push: (1 + 3) / 2 = 2 global^2 against
-    (1 + 1) / 2 = 1 local^2 -> 2 / 3."""
-    steps = [{"copo_push_global_sq": 9.0, "copo_push_local_sq": 0.0, "copo_has_answer": 0.5},
-             {"copo_push_global_sq": 1.0, "copo_push_local_sq": 1.0, "copo_has_answer": 1.0},
-             {"copo_push_global_sq": 3.0, "copo_push_local_sq": 1.0, "copo_has_answer": 0.8}]
+    (1 + 1) / 2 = 1 local^2 -> 2 / 3; pushed the wrong way over all three steps: (0.25 + 0.125 + 0) / 3."""
+    steps = [{"copo_push_global_sq": 9.0, "copo_push_local_sq": 0.0, "copo_has_answer": 0.5,
+              "copo_incorrect_reinforced": 0.25, "copo_correct_penalized": 0.0},
+             {"copo_push_global_sq": 1.0, "copo_push_local_sq": 1.0, "copo_has_answer": 1.0,
+              "copo_incorrect_reinforced": 0.0, "copo_correct_penalized": 0.125},
+             {"copo_push_global_sq": 3.0, "copo_push_local_sq": 1.0, "copo_has_answer": 0.8,
+              "copo_incorrect_reinforced": 0.0, "copo_correct_penalized": 0.0}]
     infos = [_write_run(tmp_path, "copo", 0, [(0, 0.5, 0.5), (3, 0.5, 0.5)], steps, "1100"),
              _write_run(tmp_path, "copo_selective", 0, [(3, 0.5, 0.5)], [], "1110"),
              _write_run(tmp_path, "go_selective", 0, [(3, 0.5, 0.5)], [], "0100"),
@@ -163,7 +166,8 @@ def test_contrasts_and_mechanism_isolate_one_departure_from_grpo_at_a_time(lc, t
     result["environment"] = {"date": "d", "machine": "m", "versions": {}}
     text = lc.markdown(result)
     assert "| go_selective - grpo | the same term added to GRPO (GO-Selective minus GRPO) | seed 0: -0.250" in text
-    assert "| copo | 0.250 | 30.000 | 0.900 |  | 0.667 |" in text
+    assert m["pushed_wrong_way"][0] == pytest.approx((0.25 + 0.125) / 3)
+    assert "| copo | 0.250 | 30.000 | 0.900 |  | 0.667 | 0.125 |" in text
 
 
 def test_seed_order_must_name_seeds_of_the_run(lc, tmp_path):

@@ -64,21 +64,37 @@ def test_copo_advantages_reach_each_response(load_args):
     assert per_sample(experiences, lambda e: e.info["copo_all_incorrect"]).mean().item() == pytest.approx(1 / 3)
 
 
-def test_mixed_groups_that_lost_their_local_term_and_the_token_surprisal(load_args):
-    """G = 4 at gamma 20, rho 1.5: a 3-right / 1-wrong group with two answers (3+1, H 0.811 bits, w_local 1e-6) and
-    a 2+2 one (H 1, w_local 4.5e-5) lose their local term; a 2+1+1 mixed group (H 1.5, w_local 0.5) keeps it; an
-    all-wrong group is not mixed. So 2 of 4 groups count, 8 of 16 responses."""
-    rewards = [[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0]]
-    ids = [[7, 7, 7, 5], [7, 7, 5, 5], [7, 5, 7, 6], [3, 3, 4, 4]]
+def test_mixed_groups_that_lost_their_local_term_responses_pushed_the_wrong_way_and_the_token_surprisal(load_args):
+    """G = 4 at gamma 20, rho 1.5. Prompt means R = .75, .5, .5, 0, .25 (batch mean .4, so A_global is positive for
+    the first three prompts, negative for the last two). A 3-right / 1-wrong group with two answers (3+1, H 0.811
+    bits, w_local 1e-6), a 2+2 one (H 1, w_local 4.5e-5) and a 1-right / 3-same-wrong one (3+1) lose their local
+    term; a 2+1+1 mixed group (H 1.5, w_local 0.5) keeps it; the all-wrong group is not mixed.
+    Pushed the wrong way (never under GRPO): the lone wrong answer of group 0 and the two of group 1 get about
+    +A_global > 0; the lone right answer of group 4 gets about A_global < 0. Group 2's wrong answers get
+    0.5 (-1) + 0.5 A_global < 0, as GRPO would."""
+    rewards = [[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0], [1, 0, 0, 0]]
+    ids = [[7, 7, 7, 5], [7, 7, 5, 5], [7, 5, 7, 6], [3, 3, 4, 4], [7, 5, 5, 5]]
     maker, experiences = made_experiences(load_args(copo_argv()), micro_batch=5, rewards=rewards, ids=ids)
     for exp in experiences:  # log-prob -0.5 (i + 1) on every action token of response i, -9 where masked out
         per_response = -0.5 * (1 + torch.tensor(exp.index, dtype=torch.float32)).unsqueeze(1)
         exp.action_log_probs = torch.where(exp.action_mask.bool(), per_response, torch.tensor(-9.0))
     experiences = maker.compute_advantages_and_returns(experiences)
     lost = per_sample(experiences, lambda e: e.info["copo_mixed_local_lost"])
-    assert lost.tolist() == [[1.0] * 4, [1.0] * 4, [0.0] * 4, [0.0] * 4]
+    assert lost[:, 0].tolist() == [1.0, 1.0, 0.0, 0.0, 1.0] and (lost == lost[:, :1]).all()
+    reinforced = per_sample(experiences, lambda e: e.info["copo_incorrect_reinforced"])
+    assert reinforced.tolist() == [[0, 0, 0, 1], [0, 0, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+    penalized = per_sample(experiences, lambda e: e.info["copo_correct_penalized"])
+    assert penalized.tolist() == [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]]
     surprisal = per_sample(experiences, lambda e: e.info["copo_token_surprisal"])
-    assert surprisal.flatten().tolist() == pytest.approx([0.5 * (1 + i) for i in range(16)])
+    assert surprisal.flatten().tolist() == pytest.approx([0.5 * (1 + i) for i in range(20)])
+
+
+def test_grpo_never_pushes_a_response_the_wrong_way(load_args):
+    maker, experiences = made_experiences(load_args(copo_argv("--copo.mode", "grpo")), rewards=[[1, 1, 1, 0],
+                                          [1, 0, 0, 0], [0, 0, 0, 0]], ids=[[7, 7, 7, 5], [7, 5, 5, 5], [3, 3, 4, 4]])
+    experiences = maker.compute_advantages_and_returns(experiences)
+    for key in ("copo_incorrect_reinforced", "copo_correct_penalized"):
+        assert per_sample(experiences, lambda e: e.info[key]).sum().item() == 0
 
 
 # The paper's format reward for base models: 0 no answer, 0.1 formatted but wrong, 1 correct. The middle
@@ -203,9 +219,9 @@ def test_engines_feeding_the_batch_and_each_engines_logprob_gap(load_args):
     written = {k for k in info if k.startswith("copo_")}
     declared = set(METRICS) | {ENGINE_LOGPROB_ABSDIFF.format(e) for e in (0, 1)}
     assert written <= declared, written - declared
-    # 14 per response (the token surprisal among them), 4 per batch, 2 engines, the weighted global term, and the
+    # 16 per response (the token surprisal among them), 4 per batch, 2 engines, the weighted global term, and the
     # reward's copo_correct
-    assert len(written) == 22, sorted(written)
+    assert len(written) == 24, sorted(written)
 
 
 def test_a_group_mixing_two_prompts_is_refused(load_args):
