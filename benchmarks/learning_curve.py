@@ -64,6 +64,9 @@ METHODS: Dict[str, List[str]] = {
     # go_selective: GRPO plus the global term alone on all-incorrect prompts (that term added to GRPO).
     "copo_selective": ["--advantage_estimator", "copo_selective"],
     "go_selective": ["--advantage_estimator", "go_selective"],
+    # copo_gated (ours): the global term only on prompts whose responses all agree on correctness, the local term
+    # alone elsewhere: COPO's extra signal without ever raising an incorrect answer or lowering a correct one.
+    "copo_gated": ["--advantage_estimator", "copo_gated"],
     # Sequence-mean aggregation (the released code's seq-mean-token-mean) for COPO and for GRPO, its control: under
     # OpenRLHF's token-mean a 64-token truncated response weighs five times a 12-token answer, and COPO gives the lone
     # wrong response of a 3+1 group the prompt's global advantage, positive when the prompt is above the batch mean.
@@ -86,6 +89,9 @@ CONTRASTS = [
     ("go_selective", "grpo", "the same term added to GRPO (GO-Selective minus GRPO)"),
     ("copo_selective", "grpo", "COPO's blending of mixed groups and its global term on all-correct prompts, with "
                                "nothing on all-incorrect ones (COPO-Selective minus GRPO)"),
+    ("copo_gated", "grpo", "COPO's global term on the prompts GRPO learns nothing from, and nowhere else "
+                           "(copo_gated minus GRPO)"),
+    ("copo_gated", "copo", "gating by correctness instead of blending by answer entropy (copo_gated minus COPO)"),
     ("copo_seqmean", "copo", "sequence-mean instead of token-mean aggregation, for COPO"),
     ("grpo_seqmean", "grpo", "sequence-mean instead of token-mean aggregation, for GRPO"),
     ("copo_seqmean", "grpo_seqmean", "COPO minus GRPO, both under sequence-mean aggregation"),

@@ -282,6 +282,21 @@ def copo_selective_weights(x: WeightInputs):
     return torch.where(x.all_incorrect, zeros, x.soft), torch.where(x.all_incorrect, zeros, 1.0 - x.soft)
 
 
+@register_mode("copo_gated", blended=False)
+def copo_gated_weights(x: WeightInputs):
+    """Not in the paper (this project's, issue 31): COPO's global term only where GRPO has no signal. A prompt whose
+    responses are all correct or all incorrect trains on the global term alone, any other on the local term alone.
+
+    Why: the entropy is a proxy for "the group carries no relative signal", and at small G it misfires. A group of
+    3 right + 1 wrong answer at G = 4 has H = 0.811 bits, so gamma 20, rho 1.5 give w_local 1e-6: the group trains
+    on the global term alone, which gives its wrong answer the prompt's advantage (positive when the prompt is above
+    the batch mean), where GRPO gives it -1.73. Gating by correctness keeps what COPO adds (a signal from groups
+    that agree) and never raises an incorrect answer or lowers a correct one."""
+    uniform = x.all_incorrect | x.correct.all(dim=1, keepdim=True).expand_as(x.correct)
+    w_local = torch.where(uniform, torch.zeros_like(x.soft), torch.ones_like(x.soft))
+    return w_local, 1.0 - w_local
+
+
 def reward_coef_prompt_reward(rewards: torch.Tensor, entropy: torch.Tensor, base: float) -> torch.Tensor:
     """The released code's `reward_coef`: R(q) = mean_G r * (1 - lambda H(q)), lambda = (1 - 1/G) / log2 G.
 

@@ -102,6 +102,8 @@ def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased
                 l, g = (0.0, 1.0) if none_right else (1.0, 0.0)
             elif mode == "go_blended":
                 l, g = soft, 1 - soft
+            elif mode == "copo_gated":  # the global term alone where all agree on correctness
+                l, g = (0.0, 1.0) if none_right or all(correct[b]) else (1.0, 0.0)
             elif mode == "copo_selective":
                 l, g = (0.0, 0.0) if none_right else (soft, 1 - soft)
             elif mode in ("copo", "copo_reward_coef"):
@@ -294,3 +296,20 @@ def test_reward_coef_scales_the_prompt_reward_by_its_consistency():
     # any entropy base gives the same R(q)
     out_e = copo_advantages(rewards, answers, mode="copo_reward_coef", entropy_base=math.e)
     torch.testing.assert_close(out_e.prompt_reward, out.prompt_reward)
+
+
+def test_copo_gated_never_pushes_a_response_the_wrong_way():
+    """3 right + 1 wrong (3+1 answers, H 0.811): COPO trains it on the global term alone and raises the wrong answer
+    (R = 0.75 above the batch mean 0.375); copo_gated keeps GRPO's -1.732 there, and uses the global term only for
+    the all-correct (+) and all-incorrect (-) prompts. R = .75, 1, 0, .25 -> mean .5, population std .3953."""
+    rewards = torch.tensor([[1.0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 0, 0]])
+    answers = torch.tensor([[7, 7, 7, 5], [7, 7, 7, 7], [3, 3, 4, 4], [7, 5, 5, 5]])
+    copo = copo_advantages(rewards, answers)
+    assert (copo.weighted_local + copo.weighted_global)[0, 3] > 0  # COPO raises the wrong answer
+    gated = copo_advantages(rewards, answers, mode="copo_gated")
+    total = gated.weighted_local + gated.weighted_global
+    sd = math.sqrt(((0.75 - .5) ** 2 + .5 ** 2 + .5 ** 2 + .25 ** 2) / 4)
+    close(total[0], [1 / math.sqrt(3)] * 3 + [-math.sqrt(3)], atol=1e-5)  # GRPO's, population std
+    close(total[1], [0.5 / sd] * 4, atol=1e-5)
+    close(total[2], [-0.5 / sd] * 4, atol=1e-5)
+    close(total[3], [math.sqrt(3)] + [-1 / math.sqrt(3)] * 3, atol=1e-5)
