@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/learning_curve.py                 # 4 methods x 5 seeds x 12 steps, ~3.5 h on 2 cores
     .venv/bin/python benchmarks/learning_curve.py --seeds 2 --methods copo grpo     # a part of it
+    .venv/bin/python benchmarks/learning_curve.py --methods copo_gated go_selective --seed_order 2 3   # issue 31
 
 Every run is the CPU demo's job (`openrlhf_copo.embedded.job.default_argv`: SmolLM2-135M-Instruct, the
 arithmetic mix, the final-number 0/1 reward, G samples per prompt, fp32) with only the method's flags
@@ -13,6 +14,13 @@ changed:
              prompts, so DAPO makes fewer steps from the same prompts) + clip-higher (eps 0.2 / 0.28); COPO
              refuses dynamic filtering, so this runs OpenRLHF's estimator
     go_only  --advantage_estimator go_only                 (the global term alone; the ablation)
+
+and, for the cause of COPO's loss here (issue 31; docs/benchmarks.md), with --methods: copo_selective and
+go_selective (the global term on all-incorrect prompts taken from COPO / added to GRPO), copo_gated (the global
+term only where all responses agree on correctness), copo_seqmean and grpo_seqmean (sequence-mean aggregation).
+The report then adds the paired contrasts that isolate each change (`CONTRASTS`) and a table of what the accuracy
+rides on (truncation, length, answer rate, token surprisal, the global term's share of the push, the responses
+pushed the wrong way).
 
 The design is paired by seed (`--train.seed`). Every method of a seed starts from the same model, trains on
 the same prompts in the same order, and draws the same first rollout batch (`--copo.seeded_rollouts`: a
@@ -79,6 +87,9 @@ METHODS: Dict[str, List[str]] = {
 #: Samples per prompt of every run: 4, the committed runs' G (the demo's until it moved to the paper's 6), so that
 #: a resumed benchmark trains its remaining runs as it trained the others.
 SAMPLES_PER_PROMPT = 4
+
+#: What a plain run compares; the others are issue 31's controlled changes, run with --methods.
+DEFAULT_METHODS = ["grpo", "copo", "dapo", "go_only"]
 
 #: The method every other is compared with; its run of each seed also makes the seed's step-0 evaluation.
 REFERENCE = "copo"
@@ -498,8 +509,9 @@ def plot(result: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
-                   help="the methods to run; the report covers every finished run under --out")
+    p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS, choices=list(METHODS),
+                   help=f"the methods to run (default {' '.join(DEFAULT_METHODS)}); the report covers every finished "
+                        "run under --out")
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (--train.seed)")
     p.add_argument("--seed_order", type=int, nargs="+", default=None,
                    help="run these seeds, in this order (each < --seeds), e.g. the seeds a screen needs first")
