@@ -102,7 +102,7 @@ def run(s: Setting, method: str, seed: int) -> Dict[str, float]:
     opt = torch.optim.Adam(policy.parameters(), lr=s.lr)
     before = policy.greedy_accuracy(x_test, c_test)
     sample_gen = torch.Generator().manual_seed(10_000 + seed)  # the draws: the same for every method of a seed
-    ramble_share = []
+    ramble_share, step_rewards = [], []
     for step in range(s.steps):
         x = x_train[step * s.prompts:(step + 1) * s.prompts]
         target = c_train[step * s.prompts:(step + 1) * s.prompts]
@@ -117,17 +117,27 @@ def run(s: Setting, method: str, seed: int) -> Dict[str, float]:
         ids = torch.where(answered, answer, s.K + torch.arange(s.prompts * s.G).reshape(s.prompts, s.G))
         adv = copo_advantages(rewards, ids, mode=method, gamma=s.gamma, rho=s.rho)
         a = adv.weighted_local + adv.weighted_global  # at ratio 1 the two clipped terms add linearly
-        lengths = torch.where(answered, float(ANSWER_TOKENS), float(RAMBLE_TOKENS))
-        weight = lengths / lengths.sum() if s.aggregation == "token" else torch.full_like(lengths, 1 / lengths.numel())
-        lp = mode_lp.gather(1, mode) + torch.where(answered, ans_lp.gather(1, answer), torch.zeros_like(lengths))
+        weight = response_weights(torch.where(answered, float(ANSWER_TOKENS), float(RAMBLE_TOKENS)), s.aggregation)
+        lp = mode_lp.gather(1, mode) + torch.where(answered, ans_lp.gather(1, answer), torch.zeros_like(weight))
         loss = -(a * weight * lp).sum()
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         opt.step()
         ramble_share.append(float((~answered).float().mean()))
+        step_rewards.append(rewards)
     return {"before": before, "after": policy.greedy_accuracy(x_test, c_test),
-            "ramble_share": sum(ramble_share) / len(ramble_share)}
+            "ramble_share": sum(ramble_share) / len(ramble_share), "rewards": step_rewards}
+
+
+def response_weights(lengths: torch.Tensor, aggregation: str) -> torch.Tensor:
+    """Each response's weight in the loss, as a whole: under token-mean every token of the step weighs
+    1 / (tokens in the step), so a response weighs its length over the step's; under sequence-mean 1 / n."""
+    if aggregation == "token":
+        return lengths / lengths.sum()
+    if aggregation == "sequence":
+        return torch.full_like(lengths, 1 / lengths.numel())
+    raise ValueError(f"aggregation must be 'token' or 'sequence', got {aggregation!r}")
 
 
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}

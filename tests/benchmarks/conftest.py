@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 def load_benchmark(name: str):
     spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -25,3 +27,8 @@ def lc():
 @pytest.fixture(scope="module")
 def runs():
     return load_benchmark("cpu_demo_runs")
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return load_benchmark("sim_policy")
