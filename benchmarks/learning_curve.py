@@ -75,6 +75,11 @@ METHODS: Dict[str, List[str]] = {
     # copo_gated (ours): the global term only on prompts whose responses all agree on correctness, the local term
     # alone elsewhere: COPO's extra signal without ever raising an incorrect answer or lowering a correct one.
     "copo_gated": ["--advantage_estimator", "copo_gated"],
+    # COPO-Selective with rho 0.5: at G = 4 every mixed split (3+1 at 0.811 bits and up) keeps w_local ~ 1, so the
+    # global term acts on all-correct prompts alone (one answer, H 0) and nothing on all-incorrect ones: what is left
+    # of COPO once the two parts found harmful at this scale (the push on all-incorrect prompts, the blend of mixed
+    # groups) are taken out, with the paper's own mode and flag.
+    "copo_selective_rho05": ["--advantage_estimator", "copo_selective", "--copo.rho", "0.5"],
     # Sequence-mean aggregation (the released code's seq-mean-token-mean) for COPO and for GRPO, its control: under
     # OpenRLHF's token-mean a 64-token truncated response weighs five times a 12-token answer, and COPO gives the lone
     # wrong response of a 3+1 group the prompt's global advantage, positive when the prompt is above the batch mean.
@@ -103,6 +108,8 @@ CONTRASTS = [
     ("copo_gated", "grpo", "COPO's global term on the prompts GRPO learns nothing from, and nowhere else "
                            "(copo_gated minus GRPO)"),
     ("copo_gated", "copo", "gating by correctness instead of blending by answer entropy (copo_gated minus COPO)"),
+    ("copo_selective_rho05", "grpo", "the global term on all-correct prompts added to GRPO (COPO-Selective at rho "
+                                     "0.5 minus GRPO)"),
     ("copo_seqmean", "copo", "sequence-mean instead of token-mean aggregation, for COPO"),
     ("grpo_seqmean", "grpo", "sequence-mean instead of token-mean aggregation, for GRPO"),
     ("copo_seqmean", "grpo_seqmean", "COPO minus GRPO, both under sequence-mean aggregation"),

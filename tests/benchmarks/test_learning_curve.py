@@ -31,6 +31,8 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
     assert parsed["copo_selective"].algo.advantage.estimator == "copo_selective"  # issue 31's controlled changes
     assert parsed["go_selective"].algo.advantage.estimator == "go_selective"
     assert parsed["copo_gated"].algo.advantage.estimator == "copo_gated"
+    rho05 = parsed["copo_selective_rho05"]
+    assert (rho05.algo.advantage.estimator, rho05.copo.rho, rho05.copo.gamma) == ("copo_selective", 0.5, 20.0)
     for m in ("copo_seqmean", "grpo_seqmean"):  # the released code's aggregation, COPO and its GRPO control
         assert parsed[m].actor.loss_agg_mode == "seq-mean-token-mean"
         assert parsed[m].copo.mode == parsed[m.replace("_seqmean", "")].copo.mode
