@@ -91,7 +91,7 @@ class CopoPolicyLoss(torch.nn.Module):
         tokens (see the module docstring), each weighted by tokens in OpenRLHF's log: exact step means."""
         lp = log_probs.detach().float().requires_grad_(True)
         mask = torch.ones_like(lp) if action_mask is None else action_mask.to(lp.dtype)
-        scale = mask.sum() if self.term_weight == "token" else torch.tensor(float(lp.shape[0]))
+        scale = mask.sum() if self.term_weight == "token" else float(lp.shape[0])
         with torch.enable_grad():
             push = [torch.autograd.grad(self.base(lp, old_log_probs.float(), adv.float(), action_mask=action_mask,
                                                   **kwargs)[0], lp)[0] * scale * mask
