@@ -108,6 +108,8 @@ CONTRASTS = [
     ("copo_gated", "grpo", "COPO's global term on the prompts GRPO learns nothing from, and nowhere else "
                            "(copo_gated minus GRPO)"),
     ("copo_gated", "copo", "gating by correctness instead of blending by answer entropy (copo_gated minus COPO)"),
+    ("copo_selective_rho05", "copo_selective", "the blend that hands 3+1 and 2+2 groups to the global term, taken "
+                                               "out of COPO-Selective (rho 0.5 minus rho 1.5)"),
     ("copo_selective_rho05", "grpo", "the global term on all-correct prompts added to GRPO (COPO-Selective at rho "
                                      "0.5 minus GRPO)"),
     ("copo_seqmean", "copo", "sequence-mean instead of token-mean aggregation, for COPO"),
