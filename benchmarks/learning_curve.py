@@ -427,7 +427,8 @@ def markdown(result: dict) -> str:
             lines.append(f"| {c['a']} - {c['b']} | {c['what']} | {seeds} | {c['mean']:+.3f} | "
                          f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] |")
     if result.get("mechanism"):
-        lines += ["", "What the accuracy rides on, per method (mean +- SE over seeds): the sampled held-out evaluation's "
+        lines += ["", "What the accuracy rides on, per method (mean +- SE over the seeds it ran, which differ between "
+                  "methods: compare within the seeds two methods share): the sampled held-out evaluation's "
                   "share of responses cut at the length limit and their mean length in tokens at the end; over the "
                   "second half of training, the share of responses stating an answer, the token surprisal (the "
                   "policy's entropy on its own samples, nats) and the global term's share of the push on the sampled "
