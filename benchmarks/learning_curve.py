@@ -112,6 +112,8 @@ CONTRASTS = [
                                                "out of COPO-Selective (rho 0.5 minus rho 1.5)"),
     ("copo_selective_rho05", "grpo", "the global term on all-correct prompts added to GRPO (COPO-Selective at rho "
                                      "0.5 minus GRPO)"),
+    ("copo_selective_rho05", "dapo", "COPO-Selective at rho 0.5 against DAPO"),
+    ("copo_selective_rho05", "go_only", "COPO-Selective at rho 0.5 against GO-Only"),
     ("copo_seqmean", "copo", "sequence-mean instead of token-mean aggregation, for COPO"),
     ("grpo_seqmean", "grpo", "sequence-mean instead of token-mean aggregation, for GRPO"),
     ("copo_seqmean", "grpo_seqmean", "COPO minus GRPO, both under sequence-mean aggregation"),
@@ -308,6 +310,11 @@ def contrasts(runs: List[dict]) -> List[dict]:
     return out
 
 
+def _or_nan(value) -> float:
+    """A logged value, or nan where the run did not log it (0 is a value: no truncated response)."""
+    return float("nan") if value is None else value
+
+
 def mechanism(runs: List[dict], methods: List[str]) -> Dict[str, dict]:
     """Per method, mean over seeds +- SE of what the held-out accuracy rides on: the sampled evaluation's
     share of responses cut at the length limit and their length at the end, and over the second half of training
@@ -330,8 +337,8 @@ def mechanism(runs: List[dict], methods: List[str]) -> Dict[str, dict]:
             return g / (g + l_) if g + l_ > 0 else float("nan")
 
         out[method] = {
-            "final_truncated": mean_se([r["evals"][-1].get("truncated") or float("nan") for r in mine]),
-            "final_length": mean_se([r["evals"][-1].get("response_length") or float("nan") for r in mine]),
+            "final_truncated": mean_se([_or_nan(r["evals"][-1].get("truncated")) for r in mine]),
+            "final_length": mean_se([_or_nan(r["evals"][-1].get("response_length")) for r in mine]),
             "late_has_answer": mean_se([late(r, "copo_has_answer") for r in mine]),
             "late_surprisal": mean_se([late(r, "copo_token_surprisal") for r in mine]),
             "late_push_global_share": mean_se([push_share(r) for r in mine]),

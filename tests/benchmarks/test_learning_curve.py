@@ -156,12 +156,17 @@ def test_contrasts_and_mechanism_isolate_one_departure_from_grpo_at_a_time(lc, t
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     rows[1].update(eval_truncated_rate=0.25, eval_response_length_mean=30.0)  # the final evaluation
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    selective = tmp_path / "copo_selective-seed0" / "metrics.jsonl"  # none truncated: a value, not a missing one
+    rows = [json.loads(line) for line in selective.read_text().splitlines()]
+    rows[-1].update(eval_truncated_rate=0.0)
+    selective.write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = lc.summarize(type("A", (), {"out": tmp_path, "methods": list(lc.METHODS)}), infos)
     got = {(c["a"], c["b"]): c["mean"] for c in result["contrasts"]}
     assert got == pytest.approx({("copo", "copo_selective"): -0.25, ("go_selective", "grpo"): -0.25,
                                  ("copo_selective", "grpo"): 0.25})
     m = result["mechanism"]["copo"]
     assert m["final_truncated"][0] == 0.25 and m["final_length"][0] == 30.0
+    assert result["mechanism"]["copo_selective"]["final_truncated"][0] == 0.0
     assert m["late_push_global_share"][0] == pytest.approx(2 / 3) and m["late_has_answer"][0] == pytest.approx(0.9)
     assert m["late_surprisal"][0] != m["late_surprisal"][0]  # not logged: nan, shown blank
     result["settings"] = {"steps": 3, "prompts_per_step": 6, "samples_per_prompt": 4, "n_test": 4, "n_sampled": 2,
