@@ -60,6 +60,7 @@ def test_a_cuda_less_driver_told_cuda_does_not_take_the_cpu_path(load_args, monk
     monkeypatch.setattr(cpu, "install", never)
     monkeypatch.setattr(cpu, "prepare_driver", never)
     args = load_args(copo_argv("--copo.device", "cuda", "--vllm.sync_backend", "nccl"))
+    capsys.readouterr()  # what parsing printed (the blending regime): the device decision's line is what follows
     decision = driver.apply_device(args)
     assert decision.device == "cuda" and args.copo.device == "cuda"
     assert capsys.readouterr().err.strip() == "openrlhf_copo: the actors run on CUDA: --copo.device cuda"
