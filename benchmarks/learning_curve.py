@@ -332,9 +332,8 @@ def mechanism(runs: List[dict], methods: List[str]) -> Dict[str, dict]:
             return _mean([s.get(key) for s in half])
 
         def push_share(r):
-            half = r["steps"][len(r["steps"]) // 2:]
-            g, l_ = _mean([s.get("copo_push_global_sq") for s in half]), _mean([s.get("copo_push_local_sq") for s in half])
-            return g / (g + l_) if g + l_ > 0 else float("nan")
+            share = global_push_share(late(r, "copo_push_global_sq"), late(r, "copo_push_local_sq"))
+            return float("nan") if share is None else share
 
         out[method] = {
             "final_truncated": mean_se([_or_nan(r["evals"][-1].get("truncated")) for r in mine]),
@@ -465,9 +464,16 @@ STEP_PANELS = {"copo_zero_std": "share of zero-std groups",
 
 def _step_panel_value(method: str, step: dict, key: str):
     if key == "push_global_share":
-        g, l_ = step.get("copo_push_global_sq"), step.get("copo_push_local_sq")
-        return g / (g + l_) if g is not None and l_ is not None and g + l_ > 0 else None
+        return global_push_share(step.get("copo_push_global_sq"), step.get("copo_push_local_sq"))
     return _step_value(method, step, key)
+
+
+def global_push_share(global_sq, local_sq) -> Optional[float]:
+    """The global term's share of the push on the sampled tokens, global^2 / (local^2 + global^2) (openrlhf_ext/loss.py);
+    None where it was not logged (or nan) or both terms are 0."""
+    if global_sq is None or local_sq is None or not global_sq + local_sq > 0:
+        return None
+    return global_sq / (global_sq + local_sq)
 
 
 def _draw_seeds(ax, curves: List[Dict[float, float]], color: str) -> List[float]:
