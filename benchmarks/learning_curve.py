@@ -17,7 +17,8 @@ changed:
 
 and, for the cause of COPO's loss here (issue 31; docs/benchmarks.md), with --methods: copo_selective and
 go_selective (the global term on all-incorrect prompts taken from COPO / added to GRPO), copo_gated (the global
-term only where all responses agree on correctness), copo_seqmean and grpo_seqmean (sequence-mean aggregation).
+term only where all responses agree on correctness), copo_seqmean and grpo_seqmean (sequence-mean aggregation);
+for the field's other answers (issue 32): ngrpo, rl_zvp, dr_grpo, and copo_released (the authors' run_copo.sh).
 The report then adds the paired contrasts that isolate each change (`CONTRASTS`) and a table of what the accuracy
 rides on (truncation, length, answer rate, token surprisal, the global term's share of the push, the responses
 pushed the wrong way).
@@ -86,6 +87,15 @@ METHODS: Dict[str, List[str]] = {
     "copo_seqmean": ["--advantage_estimator", "copo", "--actor.loss_agg_mode", "seq-mean-token-mean"],
     "grpo_seqmean": ["--advantage_estimator", "copo", "--copo.mode", "grpo", "--actor.loss_agg_mode",
                      "seq-mean-token-mean"],
+    # The field's other answers to zero-variance groups (issue 32; docs/paper.md), each with its paper's clip range,
+    # and the authors' released COPO (their run_copo.sh: soft-with-zero, gamma 5, rho 1, their conventions).
+    "ngrpo": ["--advantage_estimator", "ngrpo", "--actor.eps_clip_low_high", "0.16", "0.24"],
+    "rl_zvp": ["--advantage_estimator", "rl_zvp", "--actor.entropy_coef", "0", "--actor.eps_clip_low_high", "0.2",
+               "0.28"],
+    "dr_grpo": ["--advantage_estimator", "copo", "--copo.mode", "dr_grpo"],
+    "copo_released": ["--advantage_estimator", "copo", "--copo.gamma", "5", "--copo.rho", "1", "--copo.zero_control",
+                      "response", "--copo.incorrect", "reward", "--copo.std", "unbiased", "--copo.answer_buckets",
+                      "string", "--actor.dual_clip", "3"],
 }
 
 
@@ -117,6 +127,10 @@ CONTRASTS = [
     ("copo_seqmean", "copo", "sequence-mean instead of token-mean aggregation, for COPO"),
     ("grpo_seqmean", "grpo", "sequence-mean instead of token-mean aggregation, for GRPO"),
     ("copo_seqmean", "grpo_seqmean", "COPO minus GRPO, both under sequence-mean aggregation"),
+    ("ngrpo", "grpo", "NGRPO's virtual reward-1 sample and asymmetric clip (NGRPO minus GRPO)"),
+    ("rl_zvp", "grpo", "RL-ZVP's entropy-scaled term on zero-variance prompts (RL-ZVP minus GRPO)"),
+    ("dr_grpo", "grpo", "no division by the group's std (Dr. GRPO minus GRPO)"),
+    ("copo_released", "copo", "the released code's COPO against the paper's (released minus paper)"),
 ]
 #: What the report keeps of each logged step: the regime, the mechanism diagnostics, the cost.
 STEP_KEYS = ("step", "copo_correct", "copo_zero_std", "copo_signal_grpo", "copo_signal_copo", "copo_w_local",

@@ -20,6 +20,9 @@ from typing import Mapping, Optional, Tuple
 
 #: int64 id of the response's final answer; equal ids = equivalent answers (the consistency entropy's input).
 ANSWER_ID = "copo_answer_id"
+#: int64 id of the response's answer *string* as the authors' released code normalizes it (no equivalence: `2/4` and
+#: `1/2` differ); the entropy's input under `--copo.answer_buckets string`, to reproduce their entropy.
+ANSWER_STRING_ID = "copo_answer_string_id"
 #: 1.0 if the final answer is equivalent to the label.
 CORRECT = "copo_correct"
 #: 1.0 if a final answer was extracted at all.
@@ -29,7 +32,7 @@ VERIFY_FAILED = "copo_verify_failed"
 #: 1.0 if math-verify cannot read the label.
 LABEL_ERROR = "copo_label_error"
 #: What a COPO reward function returns in `extra_logs`, in this order.
-REWARD_LOGS = (ANSWER_ID, CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR)
+REWARD_LOGS = (ANSWER_ID, CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR, ANSWER_STRING_ID)
 
 #: w_global * A_global of each response: the advantage of the loss's second PolicyLoss term.
 WEIGHTED_GLOBAL_ADV = "copo_weighted_global_adv"

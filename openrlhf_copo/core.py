@@ -23,12 +23,16 @@ keyword argument whose default is the paper's reading:
 - ``entropy_base=2``: the appendix's H = 1.459 for answers [2,2,2,3,3,4] is in bits.
 - A group (or batch) whose values are all equal has zero spread; its advantage is exactly 0,
   whatever eps is. (With eps > 0 the formula would give round-off noise / eps instead.)
+
+The registry below also holds every switch of the authors' released code (docs/paper.md maps each of their
+``global_flg`` values to a mode and flags) and the field's other answers to zero-variance groups, each from its own
+paper: NGRPO (``ngrpo``), RL-ZVP (``rl_zvp``) and Dr. GRPO (``dr_grpo``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
@@ -49,13 +53,21 @@ __all__ = [
     "local_advantage",
     "global_advantage",
     "blend_weights",
+    "zero_controlled",
+    "ngrpo_local_advantage",
+    "zero_variance_sign",
+    "rl_zvp_token_advantage",
+    "reward_coef_prompt_reward",
     "copo_advantages",
 ]
 
-#: Which responses get w_local = 0 in ``mode="copo"``.
-ZERO_CONTROLS = ("prompt", "response", "none")
-#: Standard-deviation conventions.
-STDS = ("population", "unbiased")
+#: Where the modes that read it (``copo``, ``go_selective``) set w_local = 0 (see `zero_controlled`).
+ZERO_CONTROLS = ("prompt", "response", "uniform", "none")
+#: Standard-deviation conventions: divide by the std with divisor n, n - 1, or not at all (Dr. GRPO; the released
+#: code's ``norm_adv_by_std_in_grpo=False``).
+STDS = ("population", "unbiased", "none")
+#: NGRPO's virtual sample: the reward's maximum, appended to every group's statistics (arXiv 2509.18851).
+NGRPO_VIRTUAL_REWARD = 1.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,8 @@ class Defaults:
     std: str = "population"  # the appendix's worked example (released code: "unbiased")
     eps: float = 1e-6
     entropy_base: float = 2.0  # bits: the appendix's H = 1.459
+    global_coef: float = 1.0  # the released code's global_loss_coef (kappa), 1 but in one script (0.1)
+    zvp_alpha: float = 0.1  # RL-ZVP's alpha (its Table 3: 0.1 best)
 
 
 DEFAULTS = Defaults()
@@ -119,8 +133,10 @@ def standardize(x: torch.Tensor, dim: int = -1, std: str = DEFAULTS.std, eps: fl
     n = x.shape[dim]
     if n < 2:
         return torch.zeros_like(x)
-    sd = x.std(dim=dim, keepdim=True, correction=0 if std == "population" else 1)
     flat = x.amax(dim=dim, keepdim=True) == x.amin(dim=dim, keepdim=True)
+    if std == "none":
+        return torch.where(flat, torch.zeros_like(x), x - mean)
+    sd = x.std(dim=dim, keepdim=True, correction=0 if std == "population" else 1)
     denom = sd + eps
     out = (x - mean) / torch.where(denom == 0, torch.ones_like(denom), denom)
     return torch.where(flat | (denom == 0), torch.zeros_like(out), out)
@@ -169,19 +185,27 @@ def blend_weights(entropy: torch.Tensor, gamma: float, rho: float) -> torch.Tens
 
 
 # ---------------------------------------------------------------------------------------------
-# The modes: how each one turns the soft weight into (w_local, w_global). One function per mode,
-# registered by name (verl's `register_adv_est` is the model); a new ablation is one function here.
+# The modes: how each one turns the soft weight into (w_local, w_global), and, for the few that need it, its own
+# advantages. One function per mode, registered by name (verl's `register_adv_est` is the model); a new ablation
+# is one function here.
 
 
 @dataclass
 class WeightInputs:
     """What a mode may look at, all [B, G]: the soft weight sigmoid(gamma (H - rho)), which responses are
-    correct, which belong to an all-incorrect prompt, and ``copo_advantages``'s ``zero_control``."""
+    correct, which belong to an all-incorrect prompt, ``copo_advantages``'s ``zero_control``; which belong to a
+    zero-variance prompt (its rewards all equal: GRPO's advantage is 0 there), the rewards, and the settings the
+    modes with their own advantages read (``std``, ``eps``, ``zvp_alpha``)."""
 
     soft: torch.Tensor
     correct: torch.Tensor
     all_incorrect: torch.Tensor
     zero_control: str
+    zero_variance: Optional[torch.Tensor] = None
+    rewards: Optional[torch.Tensor] = None
+    std: str = DEFAULTS.std
+    eps: float = DEFAULTS.eps
+    zvp_alpha: float = DEFAULTS.zvp_alpha
 
 
 @dataclass(frozen=True)
@@ -190,22 +214,34 @@ class Mode:
 
     ``weights(WeightInputs) -> (w_local, w_global)``; ``blended``: the weights read the soft weight, so gamma,
     rho and the entropy matter (and the entropy warning applies); ``zero_control``: the weights read
-    ``--copo.zero_control`` (a resumed run must keep it only then); ``prompt_reward(rewards, entropy, base)``:
-    R(q) of the global advantage, if not mean_G r; ``estimator``: selectable as ``--advantage_estimator NAME``
-    (plain GRPO is ``--copo.mode grpo`` instead, not to shadow OpenRLHF's own group_norm)."""
+    ``--copo.zero_control`` (a resumed run must keep it only then); ``estimator``: selectable as
+    ``--advantage_estimator NAME`` (plain GRPO is ``--copo.mode grpo`` instead, not to shadow OpenRLHF's own
+    group_norm; ``dr_grpo`` likewise leaves OpenRLHF's estimator of that name alone).
+
+    For modes from other papers: ``std``: the std convention of the mode's own paper, used unless ``--copo.std``
+    is given (``std_fixed``: the mode is defined by it, and another is refused); ``local_advantage(x)`` /
+    ``global_advantage(x)``: the mode's own [B, G] advantages in place of eq. local_adv / eq. global_adv;
+    ``token_advantage(coef, token_entropy, mask)``: the second term's per-token advantage from its per-response
+    coefficient and the policy's token entropy (RL-ZVP), computed in the loss; ``clip``: the (low, high) PPO clip
+    range of the mode's paper, which the start-up warns about when the run's differs."""
 
     name: str
     weights: Callable[[WeightInputs], Tuple[torch.Tensor, torch.Tensor]]
     blended: bool
     zero_control: bool = False
-    prompt_reward: Optional[Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]] = None
     estimator: bool = True
+    std: str = DEFAULTS.std
+    std_fixed: bool = False
+    local_advantage: Optional[Callable[[WeightInputs], torch.Tensor]] = None
+    global_advantage: Optional[Callable[[WeightInputs], torch.Tensor]] = None
+    token_advantage: Optional[Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = None
+    clip: Optional[Tuple[float, float]] = None
 
 
 _MODES: Dict[str, Mode] = {}
 
 
-def register_mode(name: str, *, blended: bool, zero_control: bool = False, prompt_reward=None, estimator: bool = True):
+def register_mode(name: str, *, blended: bool, zero_control: bool = False, estimator: bool = True, **facts):
     """Register ``fn(WeightInputs) -> (w_local, w_global)`` as advantage mode ``name`` with its facts (see
     `Mode`). Registered before the CLI parses its arguments (an import in your launcher), a mode is a
     ``--copo.mode`` choice and an ``--advantage_estimator`` value like the built-in ones."""
@@ -213,7 +249,7 @@ def register_mode(name: str, *, blended: bool, zero_control: bool = False, promp
     def register(fn):
         if name in _MODES:
             raise ValueError(f"advantage mode {name!r} is registered twice")
-        _MODES[name] = Mode(name, fn, blended, zero_control, prompt_reward, estimator)
+        _MODES[name] = Mode(name, fn, blended, zero_control, estimator, **facts)
         return fn
 
     return register
@@ -236,42 +272,60 @@ def mode_info(name: str) -> Mode:
     return _MODES[name]
 
 
+def zero_controlled(x: WeightInputs) -> torch.Tensor:
+    """bool [B, G]: where zero control sets w_local = 0, by ``x.zero_control``:
+
+    - ``prompt``: every response of an all-incorrect prompt (the paper: "for fully incorrect data");
+    - ``response``: every incorrect response (the released code's z_i = 1[r_i != 0]: ``soft-with-zero``, ``only-zero``);
+    - ``uniform``: every response of a zero-variance prompt, all correct or all incorrect (the released code's
+      f_i = 1[A_local_i != 0]: ``soft-with-forced``, ``only-forced``);
+    - ``none``: nowhere."""
+    if x.zero_control == "prompt":
+        return x.all_incorrect
+    if x.zero_control == "response":
+        return ~x.correct
+    if x.zero_control == "uniform":
+        if x.zero_variance is None:
+            raise ValueError("zero_control 'uniform' needs WeightInputs.zero_variance")
+        return x.zero_variance
+    return torch.zeros_like(x.correct)
+
+
 @register_mode("copo", blended=True, zero_control=True)
 def copo_weights(x: WeightInputs):
     """The paper: soft blend, w_local = 0 where zero control applies, w_global = 1 - w_local *after* it
-    (a zeroed local term hands its weight to the global term instead of shrinking the loss)."""
-    zeros = torch.zeros_like(x.soft)
-    if x.zero_control == "prompt":
-        w_local = torch.where(x.all_incorrect, zeros, x.soft)
-    elif x.zero_control == "response":
-        w_local = torch.where(x.correct, x.soft, zeros)
-    else:
-        w_local = x.soft
+    (a zeroed local term hands its weight to the global term instead of shrinking the loss).
+
+    The released code's soft modes are this with ``zero_control``: ``only-soft`` = none, ``soft-with-zero`` =
+    response, ``soft-with-forced`` = uniform."""
+    w_local = torch.where(zero_controlled(x), torch.zeros_like(x.soft), x.soft)
     return w_local, 1.0 - w_local
 
 
 @register_mode("grpo", blended=False, estimator=False)
 def grpo_weights(x: WeightInputs):
-    """Plain GRPO through the same path: the local term alone."""
+    """Plain GRPO through the same path: the local term alone (the released code's ``no-global``)."""
     return torch.ones_like(x.soft), torch.zeros_like(x.soft)
 
 
-@register_mode("go_selective", blended=False)
+@register_mode("go_selective", blended=False, zero_control=True)
 def go_selective_weights(x: WeightInputs):
-    """Table 3, GO-Selective: the global term alone for all-incorrect prompts, the local term alone elsewhere."""
-    w_local = torch.where(x.all_incorrect, torch.zeros_like(x.soft), torch.ones_like(x.soft))
+    """Table 3, GO-Selective: the global term alone where zero control applies, the local term alone elsewhere.
+    With the paper's zero control (``prompt``) that is all-incorrect prompts; ``response`` gives the released
+    code's ``only-zero`` (every incorrect response), ``uniform`` its ``only-forced`` (= ``copo_gated``)."""
+    w_local = torch.where(zero_controlled(x), torch.zeros_like(x.soft), torch.ones_like(x.soft))
     return w_local, 1.0 - w_local
 
 
 @register_mode("go_blended", blended=True)
 def go_blended_weights(x: WeightInputs):
-    """Table 3, GO-Blended: the soft blend without zero control."""
+    """Table 3, GO-Blended: the soft blend without zero control (the released code's ``only-soft``)."""
     return x.soft, 1.0 - x.soft
 
 
 @register_mode("go_only", blended=False)
 def go_only_weights(x: WeightInputs):
-    """Table 3, GO-Only: the global term alone."""
+    """Table 3, GO-Only: the global term alone (the released code's ``only-global``)."""
     return torch.zeros_like(x.soft), torch.ones_like(x.soft)
 
 
@@ -284,17 +338,84 @@ def copo_selective_weights(x: WeightInputs):
 
 @register_mode("copo_gated", blended=False)
 def copo_gated_weights(x: WeightInputs):
-    """Not in the paper (this project's, issue 31): COPO's global term only where GRPO has no signal. A prompt whose
-    responses are all correct or all incorrect trains on the global term alone, any other on the local term alone.
+    """COPO's global term only where GRPO has no signal: a zero-variance prompt (all correct or all incorrect)
+    trains on the global term alone, any other on the local term alone. This is the released code's
+    ``only-forced`` (f_i = 1[A_local != 0]), i.e. ``go_selective`` with zero control ``uniform``; named here for
+    issue 31, which found it independently.
 
     Why: the entropy is a proxy for "the group carries no relative signal", and at small G it misfires. A group of
     3 right + 1 wrong answer at G = 4 has H = 0.811 bits, so gamma 20, rho 1.5 give w_local 1e-6: the group trains
     on the global term alone, which gives its wrong answer the prompt's advantage (positive when the prompt is above
-    the batch mean), where GRPO gives it -1.73. Gating by correctness keeps what COPO adds (a signal from groups
-    that agree) and never raises an incorrect answer or lowers a correct one."""
-    uniform = x.all_incorrect | x.correct.all(dim=1, keepdim=True).expand_as(x.correct)
-    w_local = torch.where(uniform, torch.zeros_like(x.soft), torch.ones_like(x.soft))
-    return w_local, 1.0 - w_local
+    the batch mean), where GRPO gives it -1.73. Gating by the group's variance keeps what COPO adds (a signal from
+    groups that agree) and never raises an incorrect answer or lowers a correct one."""
+    return go_selective_weights(replace(x, zero_control="uniform"))
+
+
+def ngrpo_local_advantage(x: WeightInputs) -> torch.Tensor:
+    """NGRPO's calibrated advantage (arXiv 2509.18851): one virtual response of the maximum reward
+    (`NGRPO_VIRTUAL_REWARD`) joins every group's statistics but is not trained on:
+
+        mean' = (sum_i r_i + r_max) / (G + 1),  std' = std of the G + 1 values,  A_i = (r_i - mean') / (std' + eps)
+
+    An all-incorrect group then gets a uniform negative advantage (G = 8: -1/3 with Bessel's std); an all-correct
+    group stays at 0. G = 8 with one correct: 1.764 / -0.504 (GRPO: 2.475 / -0.354), the paper's 1.76 / -0.50."""
+    r = x.rewards
+    virtual = torch.full_like(r[:, :1], NGRPO_VIRTUAL_REWARD)
+    return standardize(torch.cat([r, virtual], dim=1), dim=1, std=x.std, eps=x.eps)[:, : r.shape[1]]
+
+
+@register_mode("ngrpo", blended=False, std="unbiased", local_advantage=ngrpo_local_advantage, clip=(0.16, 0.24))
+def ngrpo_weights(x: WeightInputs):
+    """NGRPO: the calibrated local advantage (`ngrpo_local_advantage`) alone, with its paper's asymmetric clip
+    [1 - 0.16, 1 + 0.24] (``--actor.eps_clip_low_high 0.16 0.24``) and Bessel's std (its official code's)."""
+    return grpo_weights(x)
+
+
+@register_mode("dr_grpo", blended=False, estimator=False, std="none", std_fixed=True)
+def dr_grpo_weights(x: WeightInputs):
+    """Dr. GRPO (arXiv 2503.20783): A_i = r_i - mean_G r, no division by the std; the local term alone. The same
+    advantage as OpenRLHF's own ``--advantage_estimator dr_grpo`` (which this name leaves alone), here with this
+    package's metrics: ``--advantage_estimator copo --copo.mode dr_grpo``. Its loss normalizer is OpenRLHF's
+    (the step's token count), not the paper's constant: docs/paper.md says what that changes."""
+    return grpo_weights(x)
+
+
+def zero_variance_sign(x: WeightInputs) -> torch.Tensor:
+    """float [B, G]: +1 for a response of an all-correct zero-variance prompt, -1 of an all-incorrect one, 0 for
+    a prompt whose rewards differ (RL-ZVP's branch)."""
+    uniform_correct = x.correct.all(dim=1, keepdim=True).expand_as(x.correct)
+    sign = torch.where(uniform_correct, 1.0, torch.where(x.all_incorrect, -1.0, 0.0))
+    return torch.where(x.zero_variance, sign, torch.zeros_like(sign))
+
+
+def rl_zvp_token_advantage(coef: torch.Tensor, token_entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """RL-ZVP's per-token advantage on zero-variance prompts (arXiv 2509.21880, Eq. 5):
+
+        all correct (coef = +alpha):   A_{i,t} = alpha H_{i,t}
+        all incorrect (coef = -alpha): A_{i,t} = -alpha (max_k H_{i,k} - H_{i,t})
+
+    H_{i,t} is the policy's entropy of the next-token distribution at token t (nats, detached), the max over the
+    response's own tokens (padding masked). The most uncertain token of a wrong response gets 0, its confident
+    tokens the largest penalty. ``coef`` [N] or [N, 1] (0: no RL-ZVP term), ``token_entropy`` and ``mask`` [N, T]."""
+    coef = coef.reshape(-1, 1).float()
+    mask = mask.to(torch.float32)
+    h = token_entropy.detach().float() * mask
+    h_max = torch.where(mask > 0, h, torch.full_like(h, -math.inf)).amax(dim=1, keepdim=True)
+    h_max = torch.where(torch.isfinite(h_max), h_max, torch.zeros_like(h_max))  # a response without tokens
+    adv = torch.where(coef > 0, coef * h, torch.where(coef < 0, coef * (h_max - h), torch.zeros_like(h)))
+    return adv * mask
+
+
+@register_mode("rl_zvp", blended=False, std="unbiased",
+               global_advantage=lambda x: x.zvp_alpha * zero_variance_sign(x),
+               token_advantage=rl_zvp_token_advantage, clip=(0.2, 0.28))
+def rl_zvp_weights(x: WeightInputs):
+    """RL-ZVP (arXiv 2509.21880): GRPO's local term on prompts whose rewards differ; on zero-variance prompts the
+    second term, whose per-response coefficient +-alpha (`zero_variance_sign`) the loss turns into per-token
+    advantages from the policy's token entropy (`rl_zvp_token_advantage`). The entropy is the current policy's,
+    from OpenRLHF's training forward (``--actor.entropy_coef 0`` makes it compute it without an entropy loss)."""
+    zv = x.zero_variance.to(x.soft.dtype)
+    return 1.0 - zv, zv
 
 
 def reward_coef_prompt_reward(rewards: torch.Tensor, entropy: torch.Tensor, base: float) -> torch.Tensor:
@@ -308,13 +429,6 @@ def reward_coef_prompt_reward(rewards: torch.Tensor, entropy: torch.Tensor, base
     return rewards.mean(dim=1) * (1.0 - (1.0 - 1.0 / G) * spread)
 
 
-@register_mode("copo_reward_coef", blended=True, zero_control=True, prompt_reward=reward_coef_prompt_reward)
-def copo_reward_coef_weights(x: WeightInputs):
-    """The released code's `reward_coef` variant: COPO's weights (zero control included), its global advantage
-    from R(q) scaled by 1 - lambda H (`reward_coef_prompt_reward`)."""
-    return copo_weights(x)
-
-
 def copo_advantages(
     rewards: torch.Tensor,
     answer_ids: torch.Tensor,
@@ -324,9 +438,12 @@ def copo_advantages(
     gamma: float = DEFAULTS.gamma,
     rho: float = DEFAULTS.rho,
     zero_control: str = DEFAULTS.zero_control,
-    std: str = DEFAULTS.std,
+    std: Optional[str] = None,
     eps: float = DEFAULTS.eps,
     entropy_base: float = DEFAULTS.entropy_base,
+    global_coef: float = DEFAULTS.global_coef,
+    reward_coef: bool = False,
+    zvp_alpha: float = DEFAULTS.zvp_alpha,
 ) -> CopoAdvantages:
     """Local and global advantages with their blending weights for one rollout batch.
 
@@ -336,19 +453,27 @@ def copo_advantages(
         correct: bool [B, G]; default ``rewards > 0``. Pass it when rewards are not 0/1
             (e.g. the 0 / 0.1 / 1 format reward, where 0.1 is formatted but wrong).
         mode: a registered mode (`modes()`; each one's docstring says what it does): ``copo`` (the paper),
-            ``grpo`` (the local term alone), the ablations of Table 3, the released code's variants.
+            ``grpo`` (the local term alone), the ablations of Table 3, the released code's variants, the
+            zero-variance peers (``ngrpo``, ``rl_zvp``, ``dr_grpo``).
         gamma, rho: sharpness and centre of the sigmoid (paper's best: 20, 1.5).
         zero_control: for modes that read it (``mode_info(mode).zero_control``): ``prompt`` (paper),
-            ``response`` (released code), ``none``.
-        std: ``population`` (paper's worked example) or ``unbiased`` (released code).
+            ``response`` and ``uniform`` (released code), ``none`` (see `zero_controlled`).
+        std: ``population`` (paper's worked example), ``unbiased`` (released code), ``none`` (no division);
+            default: the mode's own (``mode_info(mode).std``).
         eps: added to the std in both advantages.
         entropy_base: log base of the consistency entropy (2 reproduces the appendix).
+        global_coef: kappa, multiplies w_global (the released code's ``global_loss_coef``).
+        reward_coef: R(q) = mean_G r (1 - lambda H) in the global advantage (the released code's ``reward_coef_flg``).
+        zvp_alpha: RL-ZVP's alpha (mode ``rl_zvp``).
 
     Returns:
         A `CopoAdvantages`; the loss is
         ``PolicyLoss(w_local * local_adv) + PolicyLoss(w_global * global_adv)``.
     """
     info = mode_info(mode)
+    std = info.std if std is None else std
+    if info.std_fixed and std != info.std:
+        raise ValueError(f"mode {mode} is defined with std {info.std!r}, got {std!r}")
     if zero_control not in ZERO_CONTROLS:
         raise ValueError(f"zero_control must be one of {ZERO_CONTROLS}, got {zero_control!r}")
     if rewards.dim() != 2:
@@ -369,19 +494,23 @@ def copo_advantages(
         raise ValueError(f"correct shape {tuple(correct.shape)} != rewards shape {tuple(rewards.shape)}")
     correct = correct.bool()
 
-    local_adv = local_advantage(rewards, std=std, eps=eps)
     entropy = consistency_entropy(answer_ids, base=entropy_base)
-    prompt_reward = info.prompt_reward(rewards, entropy, entropy_base) if info.prompt_reward else rewards.mean(dim=1)
-    global_adv = global_advantage(rewards, std=std, eps=eps, prompt_reward=prompt_reward)
     soft = blend_weights(entropy, gamma, rho).unsqueeze(1).expand(B, G)  # [B, G]
     all_incorrect = (~correct.any(dim=1)).unsqueeze(1).expand(B, G)
-    w_local, w_global = info.weights(WeightInputs(soft, correct, all_incorrect, zero_control))
+    zero_variance = (rewards.amax(dim=1) == rewards.amin(dim=1)).unsqueeze(1).expand(B, G)
+    x = WeightInputs(soft, correct, all_incorrect, zero_control, zero_variance, rewards, std, eps, zvp_alpha)
+
+    local_adv = info.local_advantage(x) if info.local_advantage else local_advantage(rewards, std=std, eps=eps)
+    prompt_reward = reward_coef_prompt_reward(rewards, entropy, entropy_base) if reward_coef else rewards.mean(dim=1)
+    global_adv = (info.global_advantage(x) if info.global_advantage
+                  else global_advantage(rewards, std=std, eps=eps, prompt_reward=prompt_reward))
+    w_local, w_global = info.weights(x)
 
     out = CopoAdvantages(
         local_adv=local_adv,
         global_adv=global_adv,
         w_local=w_local.contiguous(),
-        w_global=w_global.contiguous(),
+        w_global=(w_global * global_coef).contiguous(),
         entropy=entropy,
         prompt_reward=prompt_reward,
     )

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from openrlhf_copo.core import (
+    mode_info,
     modes,
     consistency_entropy,
     copo_advantages,
@@ -80,43 +81,56 @@ def ref_entropy(answers):
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
-def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased, eps):
+def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased, eps, alpha=0.1):
     B, G = len(rewards), len(rewards[0])
-    local = [ref_norm(row, unbiased, eps) for row in rewards]
-    prompt_r = [sum(row) / G for row in rewards]
-    if mode == "copo_reward_coef":  # the released code's reward_coef: R(q) (1 - lambda H), lambda = (1 - 1/G) / log2 G
-        prompt_r = [r * (1 - (1 - 1 / G) / math.log2(G) * ref_entropy(a)) for r, a in zip(prompt_r, answers)]
-    glob = ref_norm(prompt_r, unbiased, eps)
+    no_std = mode == "dr_grpo"  # Dr. GRPO: r - mean, no std, in both terms
+
+    def norm(xs):
+        if no_std:
+            m = sum(xs) / len(xs)
+            return [0.0] * len(xs) if max(xs) == min(xs) else [x - m for x in xs]
+        return ref_norm(xs, unbiased, eps)
+
+    if mode == "ngrpo":  # one virtual response of reward 1 in every group's mean and std, not trained on
+        local = [ref_norm(row + [1.0], unbiased, eps)[:G] for row in rewards]
+    else:
+        local = [norm(row) for row in rewards]
+    glob = [[v] * G for v in norm([sum(row) / G for row in rewards])]
     wl, wg = [], []
     for b in range(B):
         h = ref_entropy(answers[b])
         soft = 1 / (1 + math.exp(-gamma * (h - rho)))
         none_right = not any(correct[b])
+        flat = max(rewards[b]) == min(rewards[b])
+        if mode == "rl_zvp":  # +-alpha on zero-variance prompts, carried by the second term
+            glob[b] = [(alpha if all(correct[b]) else -alpha if none_right else 0.0) if flat else 0.0] * G
         row_l, row_g = [], []
         for i in range(G):
-            if mode == "grpo":
+            zero = {"prompt": none_right, "response": not correct[b][i], "uniform": flat, "none": False}[zero_control]
+            if mode in ("grpo", "ngrpo", "dr_grpo"):
                 l, g = 1.0, 0.0
             elif mode == "go_only":
                 l, g = 0.0, 1.0
             elif mode == "go_selective":
-                l, g = (0.0, 1.0) if none_right else (1.0, 0.0)
+                l, g = (0.0, 1.0) if zero else (1.0, 0.0)
             elif mode == "go_blended":
                 l, g = soft, 1 - soft
-            elif mode == "copo_gated":  # the global term alone where all agree on correctness
-                l, g = (0.0, 1.0) if none_right or all(correct[b]) else (1.0, 0.0)
+            elif mode == "copo_gated":  # the released only-forced: the global term alone where all rewards are equal
+                l, g = (0.0, 1.0) if flat else (1.0, 0.0)
             elif mode == "copo_selective":
                 l, g = (0.0, 0.0) if none_right else (soft, 1 - soft)
-            elif mode in ("copo", "copo_reward_coef"):
-                zero = (zero_control == "prompt" and none_right) or (zero_control == "response" and not correct[b][i])
+            elif mode == "copo":
                 l = 0.0 if zero else soft
                 g = 1 - l
+            elif mode == "rl_zvp":
+                l, g = (0.0, 1.0) if flat else (1.0, 0.0)
             else:
                 raise NotImplementedError(f"no reference reading of mode {mode!r}: add one with the mode")
             row_l.append(l)
             row_g.append(g)
         wl.append(row_l)
         wg.append(row_g)
-    return local, [[v] * G for v in glob], wl, wg
+    return local, glob, wl, wg
 
 
 def close(actual, expected, atol):
@@ -128,7 +142,7 @@ def close(actual, expected, atol):
 def test_randomized_against_independent_reading(mode, convention):
     rng = random.Random(f"{mode}-{convention}")
     unbiased = convention == "released"
-    zero_controls = ["prompt", "none"] if convention == "paper" else ["response"]
+    zero_controls = ["prompt", "none"] if convention == "paper" else ["response", "uniform"]
     for trial in range(40):
         B, G = rng.randint(2, 9), rng.randint(2, 8)
         kind = trial % 3
@@ -143,9 +157,9 @@ def test_randomized_against_independent_reading(mode, convention):
         correct = [[r >= 1.0 for r in row] for row in rewards]
         gamma, rho = rng.choice([3.0, 5.0, 20.0]), rng.choice([0.5, 1.0, 1.5])
         for zc in zero_controls:
+            std = None if mode_info(mode).std_fixed else "unbiased" if unbiased else "population"
             out = copo_advantages(torch.tensor(rewards), torch.tensor(answers), torch.tensor(correct), mode=mode,
-                                  gamma=gamma, rho=rho, zero_control=zc, std="unbiased" if unbiased else "population",
-                                  eps=1e-6)
+                                  gamma=gamma, rho=rho, zero_control=zc, std=std, eps=1e-6)
             loc, glo, wl, wg = ref_copo(rewards, answers, correct, mode, gamma, rho, zc, unbiased, 1e-6)
             close(out.local_adv, loc, 1e-5)
             close(out.global_adv, glo, 1e-5)
@@ -286,16 +300,27 @@ def test_reward_coef_scales_the_prompt_reward_by_its_consistency():
     """The released code's reward_coef: R(q) = mean_G r (1 - lambda H), lambda = (1 - 1/G) / log2 G (by hand)."""
     rewards = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     answers = torch.tensor([[7, 7, 7, 7], [7, 7, 1, 2], [1, 2, 3, 4]])
-    out = copo_advantages(rewards, answers, mode="copo_reward_coef")
+    out = copo_advantages(rewards, answers, reward_coef=True)
     # H: 0, 1.5, 2 bits; lambda = (1 - 1/4) / 2 = 0.375
     assert out.prompt_reward.tolist() == pytest.approx([1.0, 0.5 * (1 - 0.375 * 1.5), 0.0])
     plain = copo_advantages(rewards, answers, mode="copo")
     assert plain.prompt_reward.tolist() == pytest.approx([1.0, 0.5, 0.0])
     torch.testing.assert_close(out.w_local, plain.w_local)  # COPO's weights, zero control included
     assert out.global_adv[1, 0].item() < plain.global_adv[1, 0].item()  # the scattered prompt counts for less
-    # any entropy base gives the same R(q)
-    out_e = copo_advantages(rewards, answers, mode="copo_reward_coef", entropy_base=math.e)
+    # any entropy base gives the same R(q); any mode takes it
+    out_e = copo_advantages(rewards, answers, reward_coef=True, entropy_base=math.e)
     torch.testing.assert_close(out_e.prompt_reward, out.prompt_reward)
+    torch.testing.assert_close(copo_advantages(rewards, answers, mode="go_only", reward_coef=True).global_adv,
+                               out.global_adv)
+
+
+def test_global_coef_scales_the_global_weight_only():
+    """The released only-soft-with-coef: the global term times kappa, the local weight unchanged."""
+    rewards, answers = uniform_batch()
+    plain = copo_advantages(rewards, answers, zero_control="none")
+    scaled = copo_advantages(rewards, answers, zero_control="none", global_coef=0.1)
+    torch.testing.assert_close(scaled.w_local, plain.w_local)
+    torch.testing.assert_close(scaled.w_global, 0.1 * (1 - plain.w_local))
 
 
 def test_copo_gated_never_pushes_a_response_the_wrong_way():
@@ -313,3 +338,63 @@ def test_copo_gated_never_pushes_a_response_the_wrong_way():
     close(total[1], [0.5 / sd] * 4, atol=1e-5)
     close(total[2], [-0.5 / sd] * 4, atol=1e-5)
     close(total[3], [math.sqrt(3)] + [-1 / math.sqrt(3)] * 3, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# The zero-variance peers, pinned to their papers' numbers (shared/docs/zero-variance-peers.md's worked example:
+# G = 4, Bessel std, token entropies [0.05, 0.50, 2.00, 0.20] nats, alpha 0.1), computed by hand here.
+
+PEER_REWARDS = torch.tensor([[0.0, 0, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
+PEER_ANSWERS = torch.tensor([[1, 2, 3, 4], [5, 5, 5, 5], [5, 1, 2, 3]])
+
+
+def test_ngrpo_worked_example():
+    """[0,0,0,0] + virtual 1: mean .2, Bessel std sqrt(.8 / 4) = .4472 -> -0.447 each; [1,1,1,1]: 0;
+    [1,0,0,0] + 1: mean .4, std sqrt(1.2 / 4) = .5477 -> 1.095 / -0.730."""
+    out = copo_advantages(PEER_REWARDS, PEER_ANSWERS, mode="ngrpo")
+    sd0, sd2 = math.sqrt(0.8 / 4), math.sqrt(1.2 / 4)
+    close(out.weighted_local, [[-0.2 / sd0] * 4, [0.0] * 4, [0.6 / sd2] + [-0.4 / sd2] * 3], atol=1e-5)
+    assert out.weighted_local[0, 0].item() == pytest.approx(-0.447, abs=5e-4)
+    assert out.weighted_local[2].tolist() == pytest.approx([1.095, -0.730, -0.730, -0.730], abs=5e-4)
+    assert (out.weighted_global == 0).all()
+
+
+def test_ngrpo_paper_check_g8():
+    """The NGRPO paper's G = 8 example with one correct response: 1.76 / -0.50 (GRPO: 2.475 / -0.354)."""
+    r = torch.tensor([[1.0] + [0.0] * 7])
+    out = copo_advantages(r, torch.arange(8)[None], mode="ngrpo")
+    assert out.local_adv[0, :2].tolist() == pytest.approx([1.764, -0.504], abs=5e-4)
+    grpo = copo_advantages(r, torch.arange(8)[None], mode="grpo", std="unbiased")
+    assert grpo.local_adv[0, :2].tolist() == pytest.approx([2.475, -0.354], abs=5e-4)
+
+
+def test_dr_grpo_worked_example_and_its_fixed_std():
+    out = copo_advantages(PEER_REWARDS, PEER_ANSWERS, mode="dr_grpo")
+    close(out.weighted_local, [[0.0] * 4, [0.0] * 4, [0.75, -0.25, -0.25, -0.25]], atol=1e-6)
+    assert (out.weighted_global == 0).all()
+    with pytest.raises(ValueError, match="defined with std 'none'"):
+        copo_advantages(PEER_REWARDS, PEER_ANSWERS, mode="dr_grpo", std="population")
+
+
+def test_rl_zvp_worked_example():
+    """Mixed group: GRPO (Bessel) 1.5 / -0.5 in the first term; zero-variance groups: +-alpha in the second, turned
+    per token into alpha H_t (all correct) and -alpha (max H - H_t) (all wrong) by the loss."""
+    from openrlhf_copo.core import rl_zvp_token_advantage
+
+    out = copo_advantages(PEER_REWARDS, PEER_ANSWERS, mode="rl_zvp")
+    close(out.weighted_local, [[0.0] * 4, [0.0] * 4, [1.5, -0.5, -0.5, -0.5]], atol=1e-5)
+    close(out.weighted_global, [[-0.1] * 4, [0.1] * 4, [0.0] * 4], atol=1e-7)
+    h = torch.tensor([[0.05, 0.50, 2.00, 0.20]] * 3)
+    per_token = rl_zvp_token_advantage(out.weighted_global[:, 0], h, torch.ones(3, 4))
+    close(per_token, [[-0.195, -0.15, 0.0, -0.18], [0.005, 0.05, 0.20, 0.02], [0.0] * 4], atol=1e-6)
+    # padding: the max is over the response's own tokens (a padded 9.0 must not count), padded tokens get 0
+    padded = rl_zvp_token_advantage(torch.tensor([-0.1]), torch.tensor([[0.05, 0.5, 2.0, 9.0]]),
+                                    torch.tensor([[1.0, 1, 1, 0]]))
+    close(padded, [[-0.195, -0.15, 0.0, 0.0]], atol=1e-6)
+    assert copo_advantages(PEER_REWARDS, PEER_ANSWERS, mode="rl_zvp", zvp_alpha=0.3).weighted_global[1, 0] == \
+        pytest.approx(0.3)
+
+
+def test_std_none_is_the_centered_reward():
+    assert standardize(torch.tensor([1.0, 0.0, 0.0, 0.0]), std="none").tolist() == [0.75, -0.25, -0.25, -0.25]
+    assert standardize(torch.tensor([0.1, 0.1, 0.1]), std="none").tolist() == [0.0, 0.0, 0.0]

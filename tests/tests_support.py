@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -287,3 +291,31 @@ def kill_policy_actor_mid_run(cmd: list, metrics_file: Path, env: dict, prefix: 
         proc.kill()
         raise AssertionError("the run hung after its DeepSpeed worker was killed")
     return [line for line in err.splitlines() if line.startswith(prefix)], victims, proc.returncode, err
+
+
+# The end-to-end tests' runs (tests/e2e/): the CLI in a subprocess, its metrics file, its saved weights.
+
+def train(tmp: Path, model: str, data: Path, max_samples: int, *extra: str, env=None):
+    argv = train_argv(tmp, model, data, max_samples, *extra)
+    out = subprocess.run([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], capture_output=True,
+                         text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    (tmp / "train.log").open("a").write(out.stdout + out.stderr)
+    return out
+
+
+def all_rows(tmp: Path):
+    return [json.loads(line) for line in (tmp / "metrics.jsonl").read_text().splitlines()]
+
+
+def metrics(tmp: Path):
+    """The per-step rows (evaluations are rows with "eval": 1)."""
+    return [r for r in all_rows(tmp) if not r.get("eval")]
+
+
+def load_weights(path) -> dict:
+    from safetensors.torch import load_file
+
+    out = {}
+    for f in sorted(Path(path).glob("*.safetensors")):
+        out.update(load_file(str(f)))
+    return out

@@ -4,7 +4,7 @@
 # clip 0.2, 2048 prompt / 2048 response tokens, temperature 1, top-p 1, KL as a loss, sequence-mean loss.
 #
 # Override from the environment: MODEL, DATA (prompt/label jsonl), SAVE_DIR, NNODES, GPUS_PER_NODE,
-# VLLM_ENGINES, ESTIMATOR (copo | go_selective | go_blended | go_only | copo_selective | copo_reward_coef), COPO_MODE
+# VLLM_ENGINES, ESTIMATOR (copo | go_selective | go_blended | go_only | copo_selective | copo_gated | ngrpo | rl_zvp), COPO_MODE
 # (grpo = the GRPO baseline through the same code path), GAMMA, RHO, ZERO_CONTROL, INCORRECT, STD (each unset:
 # the paper's default, openrlhf_copo.core.DEFAULTS), KL_COEF,
 # LOSS_AGG (seq-mean-token-mean | token-mean), EPISODES, WANDB_PROJECT. Extra OpenRLHF flags may follow on the

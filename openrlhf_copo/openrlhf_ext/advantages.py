@@ -19,7 +19,7 @@ from typing import List
 
 import torch
 
-from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, ANSWER_ID, CORRECT, CORRECT_PENALIZED,
+from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, ANSWER_ID, ANSWER_STRING_ID, CORRECT, CORRECT_PENALIZED,
                                     ENGINE_LOGPROB_ABSDIFF, ENTROPY, INCORRECT_REINFORCED,
                                     GLOBAL_ADV_RAW, GLOBAL_ADV_STD, LOCAL_ADV, MIXED_LOCAL_LOST, NUM_ENGINES,
                                     NUM_PROMPTS, PROMPT_REWARD_MEAN, ROLLOUT_ENGINE_SEED, ROLLOUT_LOGPROB_ABSDIFF,
@@ -55,8 +55,9 @@ def _info_column(experiences, key: str) -> torch.Tensor:
     cols = []
     for exp in experiences:
         if key not in exp.info:
+            why = " (read under --copo.answer_buckets string)" if key == ANSWER_STRING_ID else ""
             raise CopoConfigError(
-                f"the reward function returned no extra_logs['{key}'] for prompt {exp.prompts[:1]!r}: COPO needs "
+                f"the reward function returned no extra_logs['{key}']{why} for prompt {exp.prompts[:1]!r}: COPO needs "
                 "one answer id per response; use --reward.remote_url openrlhf_copo/rewards/math_reward.py"
             )
         cols.append(info_tensor(exp.info[key]))
@@ -127,7 +128,10 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
 
     check_prompt_groups(experiences, indices, n)
     rewards = by_prompt(torch.cat([exp.rewards.reshape(-1) for exp in experiences]))
-    answer_ids = by_prompt(_info_column(experiences, ANSWER_ID).to(torch.int64))
+    # The entropy's answer buckets (--copo.answer_buckets): equal values (ours) or equal normalized strings (the
+    # released code's), both returned by the reward function.
+    answer_ids = by_prompt(_info_column(experiences, ANSWER_STRING_ID if args.copo.answer_buckets == "string"
+                                        else ANSWER_ID).to(torch.int64))
     # What "incorrect" means for zero control and the selective ablations (--copo.incorrect): a final
     # answer that is not the label's (paper), or a reward of 0 (released code). They differ under the
     # 0 / 0.1 / 1 format reward, where a formatted wrong answer scores 0.1.
@@ -207,7 +211,7 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
         for k, v in batch_constants.items():
             exp.info[k] = torch.full((len(exp.index),), float(v))
         # Ids are labels, not metrics: averaging them into the logs would be noise.
-        exp.info.pop(ANSWER_ID, None)
-        exp.info.pop(ROLLOUT_ENGINE_SEED, None)
+        for label in (ANSWER_ID, ANSWER_STRING_ID, ROLLOUT_ENGINE_SEED):
+            exp.info.pop(label, None)
         exp.kl = None
     return experiences

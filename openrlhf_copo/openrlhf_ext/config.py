@@ -18,6 +18,8 @@ from openrlhf_copo.openrlhf_ext.device import DEVICES
 
 #: `--copo.incorrect`: a response is incorrect when its answer is not the label's, or when its reward is 0.
 INCORRECT_RULES = ("answer", "reward")
+#: `--copo.answer_buckets`: the entropy's answers are equal by value (math-verify), or as normalized strings.
+ANSWER_BUCKETS = ("equivalence", "string")
 
 def copo_estimators() -> tuple:
     """Values of `--algo.advantage.estimator` (alias `--advantage_estimator`) that select COPO: every mode of the
@@ -55,20 +57,39 @@ class CopoSettings:
     mode: Optional[str] = _setting(None, "advantage mode; default: the estimator's name (copo -> copo). 'grpo' runs "
                                          "plain GRPO through the same code path, as a baseline",
                                    choices=modes, core=True, kind=str)
-    zero_control: str = _setting(DEFAULTS.zero_control, "modes copo and copo_reward_coef: w_local=0 for all-incorrect prompts (prompt, the paper), for "
-                                           "every incorrect response (response, the authors' released code), or never "
-                                           "(none)", choices=ZERO_CONTROLS, core=True)
+    zero_control: str = _setting(DEFAULTS.zero_control, "modes copo and go_selective: where w_local = 0: all-incorrect "
+                                 "prompts (prompt, the paper), every incorrect response (response, the released code's "
+                                 "soft-with-zero / only-zero), every prompt whose rewards are all equal (uniform, its "
+                                 "soft-with-forced / only-forced), or nowhere (none, its only-soft)",
+                                 choices=ZERO_CONTROLS, core=True)
     incorrect: str = _setting("answer", "what makes a response incorrect for zero control and the selective "
                                         "ablations: answer (its final answer is not the label's, the reward file's "
                                         "copo_correct; the paper) or reward (its reward is 0; the released code). They "
                                         "differ under the 0/0.1/1 format reward: with reward, a formatted but wrong "
                                         "answer keeps the 0-vs-0.1 local signal", choices=INCORRECT_RULES, resume=True)
-    std: str = _setting(DEFAULTS.std, "std in both advantages: population (paper's worked example) or unbiased "
-                                      "(released code)", choices=STDS, core=True)
+    std: Optional[str] = _setting(None, "std in both advantages: population (the COPO paper's worked example), unbiased "
+                                        "(the released code, NGRPO, RL-ZVP), none (no division: Dr. GRPO, the released "
+                                        "norm_adv_by_std_in_grpo=False); default: the mode's own (population for COPO "
+                                        "and its ablations, unbiased for ngrpo and rl_zvp, none for dr_grpo)",
+                                  choices=STDS, core=True, kind=str)
     eps: float = _setting(DEFAULTS.eps, "added to the std in both advantages", check=(lambda v: v >= 0, "must be >= 0"),
                           core=True)
     entropy_base: float = _setting(DEFAULTS.entropy_base, "log base of the consistency entropy (2 reproduces the paper's appendix)",
                                    check=(lambda v: v > 0 and v != 1, "must be positive and != 1"), core=True)
+    answer_buckets: str = _setting("equivalence", "which answers count as the same in the consistency entropy: "
+                                                  "equivalence (equal value by math-verify: 1/2 = 0.5 = \\frac{2}{4}; "
+                                                  "ours) or string (the answer string as the released code normalizes "
+                                                  "it, no equivalence: reproduces their entropy)",
+                                   choices=ANSWER_BUCKETS, resume=True)
+    global_coef: float = _setting(DEFAULTS.global_coef, "kappa: multiplies w_global in every mode (the released code's "
+                                                        "global_loss_coef of only-soft-with-coef; 0.1 in its 1.5B script)",
+                                  check=(lambda v: v >= 0, "must be >= 0"), core=True)
+    reward_coef: bool = _setting(False, "global advantage from R(q) = mean_G r (1 - lambda H), lambda = (1 - 1/G) / "
+                                        "log2 G, instead of mean_G r (the released code's reward_coef_flg; off in all "
+                                        "its scripts)", core=True)
+    zvp_alpha: float = _setting(DEFAULTS.zvp_alpha, "mode rl_zvp: alpha of the entropy-scaled advantage on zero-variance "
+                                                    "prompts (RL-ZVP's Table 3: 0.1 best)",
+                                check=(lambda v: v > 0, "must be > 0"), core=True)
     max_verify_failed: float = _setting(0.5, "stop the run when more than this share of a rollout step's answer "
                                              "checks failed (math-verify timed out, crashed, or cannot start on the "
                                              "reward node), instead of training on their zero rewards",
@@ -137,24 +158,32 @@ def copo_settings(args) -> Dict[str, Any]:
     """Keyword arguments for `openrlhf_copo.core.copo_advantages` from the run's args (the mode resolved)."""
     settings = CopoSettings.from_args(args)
     kwargs = {f.name: getattr(settings, f.name) for f in fields(CopoSettings) if f.metadata["core"]}
-    return {**kwargs, "mode": resolve_mode(args)}
+    mode = resolve_mode(args)
+    if kwargs["std"] is None:  # the mode's own convention
+        kwargs["std"] = mode_info(mode).std
+    return {**kwargs, "mode": mode}
 
 
-def _inert_settings(mode: str) -> set:
+def _inert_settings(mode: str, reward_coef: bool) -> set:
     """Settings the mode never reads: a resume must not be refused over them."""
     info = mode_info(mode)
     inert = set() if info.zero_control else {"zero_control"}
-    return inert | (set() if info.blended else {"gamma", "rho", "entropy_base"}) - (
-        {"entropy_base"} if info.prompt_reward else set())
+    if not info.blended:
+        inert |= {"gamma", "rho", "entropy_base"}
+        if not reward_coef:  # the entropy is read by the blend and by reward_coef (whose lambda H is base-free)
+            inert.add("answer_buckets")
+    if info.token_advantage is None:
+        inert.add("zvp_alpha")
+    return inert
 
 
 def resume_record(args) -> Dict[str, Any]:
     """What a resumed run must keep: the estimator and every setting that changes its training math (a setting
     its mode never reads, as zero control under go_only, is left out)."""
-    settings = CopoSettings.from_args(args)
-    mode = resolve_mode(args)
-    record = {f.name: getattr(settings, f.name) for f in fields(CopoSettings)
-              if f.metadata["resume"] and f.name not in _inert_settings(mode)}
+    settings = {**vars(CopoSettings.from_args(args)), **copo_settings(args)}  # the std resolved
+    mode = settings["mode"]
+    record = {f.name: settings[f.name] for f in fields(CopoSettings)
+              if f.metadata["resume"] and f.name not in _inert_settings(mode, settings["reward_coef"])}
     return {"estimator": args.algo.advantage.estimator, **record, "mode": mode}
 
 
@@ -164,9 +193,16 @@ def copo_problems(args) -> List[str]:
         return []
     problems = []
     try:
-        resolve_mode(args)
+        info = mode_info(resolve_mode(args))
     except CopoConfigError as e:
         problems.append(str(e))
+        info = None
+    if info is not None and info.std_fixed and args.copo.std not in (None, info.std):
+        problems.append(f"--copo.std {args.copo.std}: mode {info.name} is defined by std {info.std}; drop --copo.std")
+    if info is not None and info.token_advantage is not None and getattr(args.actor, "entropy_coef", None) is None:
+        problems.append(f"mode {info.name} needs the policy's token entropy from OpenRLHF's training forward, which "
+                        "computes it only with an entropy coefficient: add --actor.entropy_coef 0 (computes it, adds "
+                        "no entropy loss)")
     n = args.rollout.n_samples_per_prompt
     if n < 2:
         problems.append(f"--rollout.n_samples_per_prompt {n}: COPO needs at least 2 responses per prompt "
@@ -252,7 +288,14 @@ def copo_warnings(args) -> List[str]:
     if clip != (-10, 10):
         warnings.append(f"--reward.clip_range {clip[0]:g} {clip[1]:g} is not applied under COPO: its advantages are "
                         "standardized scores (|A| <= sqrt(n - 1)); clip the rewards in your reward function instead")
-    if not mode_info(resolve_mode(args)).blended:
+    info = mode_info(resolve_mode(args))
+    if info.clip is not None:
+        clip = tuple(args.actor.eps_clip_low_high or (args.actor.eps_clip, args.actor.eps_clip))
+        if tuple(round(v, 6) for v in clip) != info.clip:
+            warnings.append(f"mode {info.name}: its paper clips the ratio to [1 - {info.clip[0]:g}, 1 + {info.clip[1]:g}], "
+                            f"this run to [1 - {clip[0]:g}, 1 + {clip[1]:g}]: add --actor.eps_clip_low_high "
+                            f"{info.clip[0]:g} {info.clip[1]:g} to run it as published")
+    if not info.blended:
         return warnings
     G, c = args.rollout.n_samples_per_prompt, args.copo
     patterns = attainable_blends(G, c.gamma, c.rho, c.entropy_base)

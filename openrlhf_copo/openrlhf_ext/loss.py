@@ -17,11 +17,15 @@ share of the push (push_global^2 / (push_local^2 + push_global^2)) and their cos
 (push_local * push_global / sqrt(push_local^2 push_global^2)): whether the global term adds to
 GRPO's signal, fights it, or replaces it. Computed on a detached copy of the log-probs (one
 elementwise backward, no second pass through the model).
+
+A mode with a per-token second term (RL-ZVP: `core.rl_zvp_token_advantage`) gets the micro-batch's per-response
+coefficient as above and the policy's token entropy from OpenRLHF's own training forward (`capture_token_entropy`
+stores it on the loss as the actor returns it); the loss turns the two into the second term's per-token advantage.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -35,10 +39,14 @@ class CopoPolicyLoss(torch.nn.Module):
     """Wraps the trainer's PolicyLoss. The trainer's `training_step` hands it the micro-batch's
     per-sample ``w_global * A_global`` (``global_advantages``) right before the loss call."""
 
-    def __init__(self, base: torch.nn.Module) -> None:
+    def __init__(self, base: torch.nn.Module, token_advantage: Optional[Callable] = None) -> None:
         super().__init__()
         self.base = base
         self.global_advantages: Optional[torch.Tensor] = None
+        #: ``(coef [N], token_entropy [N, T], mask [N, T]) -> advantage [N, T]`` of the mode's second term, or None
+        self.token_advantage = token_advantage
+        #: The policy's token entropy of the micro-batch, stored by `capture_token_entropy` during the forward.
+        self.token_entropy: Optional[torch.Tensor] = None
         #: What the training step logs for the last micro-batch: metric -> (detached value, OpenRLHF's weight).
         self.last_terms: Optional[Dict[str, Tuple[torch.Tensor, str]]] = None
 
@@ -61,6 +69,14 @@ class CopoPolicyLoss(torch.nn.Module):
         global_adv = g.expand_as(advantages)
         if action_mask is not None:
             global_adv = global_adv * action_mask
+        if self.token_advantage is not None:
+            entropy, self.token_entropy = self.token_entropy, None  # one use, as the global advantages
+            if entropy is None:
+                raise RuntimeError("the COPO loss of a per-token mode was called without the policy's token entropy "
+                                   "from the actor's forward (--actor.entropy_coef unset, or the forward hook missing)")
+            entropy = entropy[:, -advantages.shape[1]:].to(advantages.device)
+            mask = torch.ones_like(advantages) if action_mask is None else action_mask
+            global_adv = self.token_advantage(g.reshape(-1), entropy, mask).to(advantages.dtype)
         local = self.base(log_probs, old_log_probs, advantages, action_mask=action_mask, **kwargs)
         glob = self.base(log_probs, old_log_probs, global_adv, action_mask=action_mask, **kwargs)
         own = {k: v for k, v in kwargs.items() if k not in STEP_NORMALIZERS}
@@ -100,3 +116,20 @@ class CopoPolicyLoss(torch.nn.Module):
         return {name: ((a * b).sum() / tokens, "token")
                 for name, a, b in ((PUSH_LOCAL_SQ, push[0], push[0]), (PUSH_GLOBAL_SQ, push[1], push[1]),
                                    (PUSH_DOT, push[0], push[1]))}
+
+
+def capture_token_entropy(actor: torch.nn.Module, loss: CopoPolicyLoss):
+    """Store the token entropy of every training forward of ``actor`` on ``loss`` (a forward hook: OpenRLHF's
+    `training_step` calls the actor with ``return_output=True`` and, when ``--actor.entropy_coef`` is set,
+    ``return_entropy=True``; the entropy is then ``output.entropy``, one value per position). Detached: RL-ZVP's
+    advantage scales by the entropy but does not differentiate through it. Returns the hook's handle."""
+
+    def hook(module, args, kwargs, output):
+        if kwargs.get("return_output") and isinstance(output, tuple) and len(output) == 2:
+            entropy = getattr(output[1], "entropy", None)
+            if entropy is None and isinstance(output[1], dict):
+                entropy = output[1].get("entropy")
+            if entropy is not None:
+                loss.token_entropy = entropy.detach()
+
+    return actor.register_forward_hook(hook, with_kwargs=True)

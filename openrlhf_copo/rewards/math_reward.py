@@ -8,7 +8,10 @@ needs, one number per response:
 - `copo_answer_id`: int64 id of the extracted final answer, equal for mathematically
   equivalent answers (see `openrlhf_copo.rewards.answers`); read by the advantage step;
 - `copo_correct`: 1.0 if equivalent to the label (zero control and accuracy metrics);
-- `copo_has_answer`, `copo_verify_failed`, `copo_label_error`: diagnostics, logged as metrics.
+- `copo_has_answer`, `copo_verify_failed`, `copo_label_error`: diagnostics, logged as metrics;
+- `copo_answer_string_id`: int64 id of the answer *string* as the authors' released code normalizes it
+  (`openrlhf_copo.rewards.released_answers`: `2/4` and `1/2` differ, and responses without an answer are
+  read as there); read by the advantage step instead of `copo_answer_id` under `--copo.answer_buckets string`.
 
 The answer is the response's last final-answer statement (`answers.extract_answer`); the answer and the
 label are then compared by their values (`answers.answer_value`: `x = 3` is 3, `6 \times 7 = 42` is 42,
@@ -29,6 +32,7 @@ import torch
 
 from openrlhf_copo import contract
 from openrlhf_copo.rewards.answers import answer_value, extract_answer, model_text, response_text, stable_id
+from openrlhf_copo.rewards.released_answers import released_answer_string
 from openrlhf_copo.rewards.verifier import get_pool
 
 logger = logging.getLogger("openrlhf_copo.rewards")
@@ -73,9 +77,11 @@ def score_responses(
         logs[contract.HAS_ANSWER].append(float(answer is not None))
         logs[contract.VERIFY_FAILED].append(float(failed))
         logs[contract.LABEL_ERROR].append(float(label_error))
+        logs[contract.ANSWER_STRING_ID].append(stable_id(released_answer_string(response, correct)))
 
     reward_t = torch.tensor(rewards, dtype=torch.float32)
-    extra = {k: torch.tensor(v, dtype=torch.int64 if k == contract.ANSWER_ID else torch.float32) for k, v in logs.items()}
+    ids = (contract.ANSWER_ID, contract.ANSWER_STRING_ID)
+    extra = {k: torch.tensor(v, dtype=torch.int64 if k in ids else torch.float32) for k, v in logs.items()}
     return {"rewards": reward_t, "scores": extra[contract.CORRECT].clone(), "extra_logs": extra}
 
 

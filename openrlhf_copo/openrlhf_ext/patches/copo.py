@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 
-from openrlhf_copo.contract import ANSWER_ID, ROLLOUT_ENGINE_SEED, WEIGHTED_GLOBAL_ADV, info_tensor
+from openrlhf_copo.contract import ANSWER_ID, ANSWER_STRING_ID, ROLLOUT_ENGINE_SEED, WEIGHTED_GLOBAL_ADV, info_tensor
 from openrlhf_copo.openrlhf_ext.config import is_copo
 from openrlhf_copo.openrlhf_ext.patches.versions import (EXPECTED_ADVANTAGES, EXPECTED_POLICY_LOSS,
                                                          EXPECTED_TRAINING_STEP, PATCHED_ATTR, check_openrlhf,
@@ -32,19 +32,25 @@ def copo_advantages_or_none(maker, experiences):
 
     if not is_copo(maker.strategy.args):
         for exp in experiences:
-            exp.info.pop(ANSWER_ID, None)
-            exp.info.pop(ROLLOUT_ENGINE_SEED, None)
+            for label in (ANSWER_ID, ANSWER_STRING_ID, ROLLOUT_ENGINE_SEED):
+                exp.info.pop(label, None)
         return None
 
     return copo_compute_advantages_and_returns(maker, experiences)
 
 
 def wrap_actor_loss(trainer) -> None:
-    """At the end of `ActorPPOTrainer.__init__`: the two-term COPO loss around the trainer's PolicyLoss."""
-    from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
+    """At the end of `ActorPPOTrainer.__init__`: the two-term COPO loss around the trainer's PolicyLoss; for a mode
+    whose second term is per token (RL-ZVP), a hook on the actor that hands the forward's token entropy to it."""
+    from openrlhf_copo.core import mode_info
+    from openrlhf_copo.openrlhf_ext.config import resolve_mode
+    from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss, capture_token_entropy
 
     if is_copo(trainer.args) and not isinstance(trainer.actor_loss_fn, CopoPolicyLoss):
-        trainer.actor_loss_fn = CopoPolicyLoss(trainer.actor_loss_fn)
+        token_advantage = mode_info(resolve_mode(trainer.args)).token_advantage
+        trainer.actor_loss_fn = CopoPolicyLoss(trainer.actor_loss_fn, token_advantage)
+        if token_advantage is not None:
+            capture_token_entropy(trainer.actor, trainer.actor_loss_fn)
 
 
 def before_training_step(trainer, experience) -> None:
