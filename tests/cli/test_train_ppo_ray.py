@@ -30,7 +30,7 @@ def test_paper_defaults(load_args):
     args = load_args(copo_argv())
     assert args.algo.advantage.estimator == "copo"
     assert copo_settings(args) == dict(mode="copo", gamma=20.0, rho=1.5, zero_control="prompt", std="population",
-                                       eps=1e-6, entropy_base=2.0)
+                                       eps=1e-6, entropy_base=2.0, global_coef=1.0, reward_coef=False, zvp_alpha=0.1)
 
 
 @pytest.mark.parametrize("estimator", OPENRLHF_ESTIMATORS + ["copo", "go_selective", "go_blended", "go_only",
