@@ -95,7 +95,7 @@ METHODS: Dict[str, List[str]] = {
     "dr_grpo": ["--advantage_estimator", "copo", "--copo.mode", "dr_grpo"],
     "copo_released": ["--advantage_estimator", "copo", "--copo.gamma", "5", "--copo.rho", "1", "--copo.zero_control",
                       "response", "--copo.incorrect", "reward", "--copo.std", "unbiased", "--copo.answer_buckets",
-                      "string", "--actor.dual_clip", "3"],
+                      "string", "--actor.dual_clip", "3", "--actor.loss_agg_mode", "seq-mean-token-mean"],
 }
 
 

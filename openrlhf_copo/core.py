@@ -347,7 +347,9 @@ def copo_gated_weights(x: WeightInputs):
     3 right + 1 wrong answer at G = 4 has H = 0.811 bits, so gamma 20, rho 1.5 give w_local 1e-6: the group trains
     on the global term alone, which gives its wrong answer the prompt's advantage (positive when the prompt is above
     the batch mean), where GRPO gives it -1.73. Gating by the group's variance keeps what COPO adds (a signal from
-    groups that agree) and never raises an incorrect answer or lowers a correct one."""
+    groups that agree) and, with a 0/1 reward, never raises an incorrect answer or lowers a correct one. (Until
+    issue 32 it gated by correctness, all correct or all incorrect; with a 0/1 reward that is the same groups. Under
+    the 0 / 0.1 / 1 format reward a group of formatted and unformatted wrong answers now keeps GRPO's local term.)"""
     return go_selective_weights(replace(x, zero_control="uniform"))
 
 

@@ -5,8 +5,8 @@
 #
 # Override from the environment: MODEL, DATA (prompt/label jsonl), SAVE_DIR, NNODES, GPUS_PER_NODE,
 # VLLM_ENGINES, ESTIMATOR (copo | go_selective | go_blended | go_only | copo_selective | copo_gated | ngrpo | rl_zvp), COPO_MODE
-# (grpo = the GRPO baseline through the same code path), GAMMA, RHO, ZERO_CONTROL, INCORRECT, STD (each unset:
-# the paper's default, openrlhf_copo.core.DEFAULTS), KL_COEF,
+# (grpo = the GRPO baseline through the same code path), GAMMA, RHO, ZERO_CONTROL, INCORRECT (each unset:
+# the paper's default, openrlhf_copo.core.DEFAULTS), STD (unset: the mode's own, core.Mode.std), KL_COEF,
 # LOSS_AGG (seq-mean-token-mean | token-mean), EPISODES, WANDB_PROJECT. Extra OpenRLHF flags may follow on the
 # command line.
 set -euo pipefail

@@ -36,7 +36,17 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
     for m in ("copo_seqmean", "grpo_seqmean"):  # the released code's aggregation, COPO and its GRPO control
         assert parsed[m].actor.loss_agg_mode == "seq-mean-token-mean"
         assert parsed[m].copo.mode == parsed[m.replace("_seqmean", "")].copo.mode
-    assert {a.actor.loss_agg_mode for m, a in parsed.items() if not m.endswith("_seqmean")} == {"token-mean"}
+    assert {a.actor.loss_agg_mode for m, a in parsed.items()
+            if not m.endswith("_seqmean") and m != "copo_released"} == {"token-mean"}
+    # issue 32: the zero-variance peers with their papers' clips, and the released code's COPO with its conventions
+    assert (parsed["ngrpo"].algo.advantage.estimator, tuple(parsed["ngrpo"].actor.eps_clip_low_high)) == \
+        ("ngrpo", (0.16, 0.24))
+    assert parsed["rl_zvp"].actor.entropy_coef == 0 and tuple(parsed["rl_zvp"].actor.eps_clip_low_high) == (0.2, 0.28)
+    assert parsed["dr_grpo"].copo.mode == "dr_grpo"
+    released = parsed["copo_released"]
+    assert (released.copo.gamma, released.copo.rho, released.copo.zero_control, released.copo.std,
+            released.copo.answer_buckets, released.actor.loss_agg_mode, released.actor.dual_clip) == \
+        (5.0, 1.0, "response", "unbiased", "string", "seq-mean-token-mean", 3.0)
     dapo = parsed["dapo"]
     assert dapo.algo.advantage.estimator == "group_norm"  # COPO refuses dynamic filtering: OpenRLHF's own
     assert dapo.algo.dynamic_filtering_enable and tuple(dapo.actor.eps_clip_low_high) == (0.2, 0.28)
