@@ -19,7 +19,8 @@ keyword argument whose default is the paper's reading:
 - ``zero_control="prompt"``: the paper sets w_local = 0 "for fully incorrect data", i.e. for a
   prompt whose G responses are all incorrect, so that w_global = 1 there ("to prevent
   w_global < 1 from reducing the overall loss"). The released code zeroes w_local for every
-  incorrect response (``"response"``); ``"none"`` disables it.
+  incorrect response (``"response"``) or, in two of its switches, every response of a prompt whose rewards are
+  all equal (``"uniform"``); ``"none"`` disables it.
 - ``entropy_base=2``: the appendix's H = 1.459 for answers [2,2,2,3,3,4] is in bits.
 - A group (or batch) whose values are all equal has zero spread; its advantage is exactly 0,
   whatever eps is. (With eps > 0 the formula would give round-off noise / eps instead.)
@@ -101,7 +102,7 @@ class CopoAdvantages:
     w_local: torch.Tensor
     w_global: torch.Tensor
     entropy: torch.Tensor  # [B]
-    prompt_reward: torch.Tensor  # [B], R(q) = mean_G r (or the mode's own R(q))
+    prompt_reward: torch.Tensor  # [B], R(q) = mean_G r (or, with reward_coef, mean_G r (1 - lambda H))
 
     @property
     def weighted_local(self) -> torch.Tensor:
@@ -171,8 +172,8 @@ def global_advantage(rewards: torch.Tensor, std: str = DEFAULTS.std, eps: float 
     """A_global(q_b) = (R(q_b) - mean_B R) / (std_B R + eps), R(q) = mean_G r (eq. g_r, eq. global_adv).
 
     Computed over every prompt of the rollout batch and shared by all G responses of q_b:
-    returns [B, G] with one value per row. ``prompt_reward`` [B] replaces mean_G r where a mode defines
-    R(q) otherwise (the released code's `reward_coef`).
+    returns [B, G] with one value per row. ``prompt_reward`` [B] replaces mean_G r where R(q) is defined
+    otherwise (the released code's `reward_coef`).
     """
     if prompt_reward is None:
         prompt_reward = rewards.to(torch.promote_types(rewards.dtype, torch.float32)).mean(dim=1)
