@@ -19,8 +19,8 @@ from typing import List
 
 import torch
 
-from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, ANSWER_ID, ANSWER_STRING_ID, CORRECT, CORRECT_PENALIZED,
-                                    ENGINE_LOGPROB_ABSDIFF, ENTROPY, INCORRECT_REINFORCED,
+from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, ANSWER_ID, ANSWER_STRING_ID, CORRECT,
+                                    CORRECT_PENALIZED, ENGINE_LOGPROB_ABSDIFF, ENTROPY, ID_LABELS, INCORRECT_REINFORCED,
                                     GLOBAL_ADV_RAW, GLOBAL_ADV_STD, LOCAL_ADV, MIXED_LOCAL_LOST, NUM_ENGINES,
                                     NUM_PROMPTS, PROMPT_REWARD_MEAN, ROLLOUT_ENGINE_SEED, ROLLOUT_LOGPROB_ABSDIFF,
                                     SIGNAL_COPO, SIGNAL_GRPO, TOKEN_SURPRISAL, VERIFY_FAILED, W_GLOBAL, W_LOCAL,
@@ -211,7 +211,7 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
         for k, v in batch_constants.items():
             exp.info[k] = torch.full((len(exp.index),), float(v))
         # Ids are labels, not metrics: averaging them into the logs would be noise.
-        for label in (ANSWER_ID, ANSWER_STRING_ID, ROLLOUT_ENGINE_SEED):
+        for label in ID_LABELS:
             exp.info.pop(label, None)
         exp.kl = None
     return experiences

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 
-from openrlhf_copo.contract import ANSWER_ID, ANSWER_STRING_ID, ROLLOUT_ENGINE_SEED, WEIGHTED_GLOBAL_ADV, info_tensor
+from openrlhf_copo.contract import ID_LABELS, WEIGHTED_GLOBAL_ADV, info_tensor
 from openrlhf_copo.openrlhf_ext.config import is_copo
 from openrlhf_copo.openrlhf_ext.patches.versions import (EXPECTED_ADVANTAGES, EXPECTED_POLICY_LOSS,
                                                          EXPECTED_TRAINING_STEP, PATCHED_ATTR, check_openrlhf,
@@ -32,7 +32,7 @@ def copo_advantages_or_none(maker, experiences):
 
     if not is_copo(maker.strategy.args):
         for exp in experiences:
-            for label in (ANSWER_ID, ANSWER_STRING_ID, ROLLOUT_ENGINE_SEED):
+            for label in ID_LABELS:
                 exp.info.pop(label, None)
         return None
 
