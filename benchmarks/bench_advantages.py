@@ -96,9 +96,9 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args()
 
-    from openrlhf_copo.openrlhf_ext import patches
+    from openrlhf_copo.openrlhf_ext import runtime_patches
 
-    patches.apply()
+    runtime_patches.apply()
     torch.set_num_threads(1)  # the controller's share of a node
     print(f"torch {torch.__version__}, 1 thread, median of {a.repeats}; {a.response_tokens} action tokens per "
           f"response, rollout micro-batches of {a.rollout_micro_batch}; step share against an assumed "

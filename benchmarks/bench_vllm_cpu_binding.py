@@ -30,9 +30,9 @@ def decode(prompts: int) -> None:
 
     from vllm import LLM, SamplingParams
 
-    from openrlhf_copo.embedded.data import make_arithmetic_prompts
-    from openrlhf_copo.embedded.job import DATA_VERSION, MAX_NEW_TOKENS, N_TEST, PROMPTS_PER_STEP, STEPS
-    from openrlhf_copo.embedded.models import cache_dir, smollm2_instruct
+    from openrlhf_copo.cpu_demo.data import make_arithmetic_prompts
+    from openrlhf_copo.cpu_demo.job import DATA_VERSION, MAX_NEW_TOKENS, N_TEST, PROMPTS_PER_STEP, STEPS
+    from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct
 
     model = smollm2_instruct()
     _, test = make_arithmetic_prompts(cache_dir() / "data" / DATA_VERSION, n_train=PROMPTS_PER_STEP * STEPS,

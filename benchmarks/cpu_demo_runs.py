@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from openrlhf_copo.contract import ENTROPY, SIGNAL_GRPO, W_LOCAL  # noqa: E402
-from openrlhf_copo.embedded import job  # noqa: E402
+from openrlhf_copo.cpu_demo import job  # noqa: E402
 
 WALL_LINE = re.compile(r"run (\d+) rc=(-?\d+) wall=(\d+) s")
 

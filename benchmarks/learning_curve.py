@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/learning_curve.py --seeds 2 --methods copo grpo     # a part of it
     .venv/bin/python benchmarks/learning_curve.py --methods copo_gated go_selective --seed_order 2 3   # issue 31
 
-Every run is the CPU demo's job (`openrlhf_copo.embedded.job.default_argv`: SmolLM2-135M-Instruct, the
+Every run is the CPU demo's job (`openrlhf_copo.cpu_demo.job.default_argv`: SmolLM2-135M-Instruct, the
 arithmetic mix, the final-number 0/1 reward, G samples per prompt, fp32) with only the method's flags
 changed:
 
@@ -60,7 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from openrlhf_copo.contract import PROMPTS_CONSUMED  # noqa: E402
-from openrlhf_copo.embedded import job  # noqa: E402
+from openrlhf_copo.cpu_demo import job  # noqa: E402
 
 METHODS: Dict[str, List[str]] = {
     "grpo": ["--advantage_estimator", "copo", "--copo.mode", "grpo"],
@@ -560,8 +560,8 @@ def main(argv=None) -> int:
     p.add_argument("--report_only", action="store_true", help="run nothing: the report of the runs done so far")
     args = p.parse_args(argv)
 
-    from openrlhf_copo.embedded.data import make_arithmetic_prompts
-    from openrlhf_copo.embedded.models import cache_dir, smollm2_instruct
+    from openrlhf_copo.cpu_demo.data import make_arithmetic_prompts
+    from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct
 
     if _cuda():
         print("note: a GPU is present; this benchmark is the CPU setting and runs on the CPU path only without one",

@@ -9,7 +9,7 @@ and the few names every process of a run agrees on (environment variable, worker
                                            experience.advantages = w_local * A_local and
                                            info[WEIGHTED_GLOBAL_ADV] = w_global * A_global
       -> loss (openrlhf_ext/loss.py)       PolicyLoss(advantages) + PolicyLoss(info[WEIGHTED_GLOBAL_ADV])
-    in-training eval (openrlhf_ext/patches/evaluation.py) and `evaluate` read a response's outcome with `sample_outcome`.
+    in-training eval (openrlhf_ext/runtime_patches/evaluation.py) and `evaluate` read a response's outcome with `sample_outcome`.
 
 Pure Python: the reward's worker processes, the driver and the actors all import it.
 """
@@ -101,7 +101,7 @@ CPU_ENV = "OPENRLHF_COPO_CPU"
 #: The dotted path of the `worker_process_setup_hook` Ray imports in each worker (`openrlhf_ext.worker_hook`).
 RAY_WORKER_SETUP_HOOK = "openrlhf_copo.openrlhf_ext.worker_hook.ray_worker_setup"
 #: Set to --train.seed by the driver with `--copo.seeded_rollouts`: the vLLM engine processes then give every
-#: sampled response its own seed (`openrlhf_ext.patches.rollout.seeded_sampling_params`).
+#: sampled response its own seed (`openrlhf_ext.runtime_patches.rollout.seeded_sampling_params`).
 ROLLOUT_SEED_ENV = "OPENRLHF_COPO_ROLLOUT_SEED"
 #: The metrics file's per-step count of prompts the run has drawn so far (OpenRLHF's total_consumed_prompts;
 #: with dynamic filtering more than steps x --rollout.batch_size): generated samples = it x n_samples_per_prompt.

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from openrlhf_copo.files import atomic_path, jsonl_rows
-from openrlhf_copo.embedded.data import INSTRUCTION
+from openrlhf_copo.cpu_demo.data import INSTRUCTION
 from openrlhf_copo.rewards.verifier import label_parses
 
 __all__ = ["DAPO_PREFIX", "DAPO_SUFFIX", "TEMPLATES", "SOURCES", "DataPrepError", "Report", "load_records",

@@ -20,10 +20,10 @@ export COPO_RAY_DASHBOARD_PORT=${COPO_RAY_DASHBOARD_PORT:-8265}
 export RAY_ADDRESS=http://127.0.0.1:$COPO_RAY_DASHBOARD_PORT
 
 if [ "${COPO_PRINT_ARGS:-0}" != "1" ]; then
-  MODEL=${MODEL:-$(python3 -c 'from openrlhf_copo.embedded.models import smollm2_instruct; print(smollm2_instruct())')}
+  MODEL=${MODEL:-$(python3 -c 'from openrlhf_copo.cpu_demo.models import smollm2_instruct; print(smollm2_instruct())')}
   DATA=${DATA:-$(python3 -c '
-from openrlhf_copo.embedded.data import make_arithmetic_prompts
-from openrlhf_copo.embedded.models import cache_dir
+from openrlhf_copo.cpu_demo.data import make_arithmetic_prompts
+from openrlhf_copo.cpu_demo.models import cache_dir
 print(make_arithmetic_prompts(cache_dir() / "data" / "two-nodes-demo", n_train=8, n_test=8, seed=0)[0])')}
   if [ "${COPO_KEEP_CLUSTER:-0}" != "1" ]; then
     bash scripts/ray_cluster.sh start

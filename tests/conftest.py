@@ -73,12 +73,12 @@ def copo_patched():
     copy of openrlhf in DIR that has patches/ applied, where the run-time patches must stand aside."""
     import openrlhf
 
-    from openrlhf_copo.openrlhf_ext import patches
+    from openrlhf_copo.openrlhf_ext import runtime_patches
 
     fork = os.environ.get("OPENRLHF_COPO_FORK_UNDER_TEST")
-    applied_now = patches.apply()
+    applied_now = runtime_patches.apply()
     if fork:
         assert openrlhf.__file__.startswith(fork), f"expected the patched fork under {fork}, got {openrlhf.__file__}"
         assert not applied_now, "the run-time patches went on top of the patched fork"
-    assert patches.is_applied()
-    return patches
+    assert runtime_patches.is_applied()
+    return runtime_patches

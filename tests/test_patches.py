@@ -69,7 +69,7 @@ def test_a_forks_killed_worker_ends_on_the_same_line_as_the_clis(fork, tmp_path)
     mid-run, it ends on the CLI's line (tests/e2e/test_train_ppo_ray_cpu.py), after its own program name."""
     import re
 
-    from openrlhf_copo.embedded.models import tiny_qwen2
+    from openrlhf_copo.cpu_demo.models import tiny_qwen2
     from tests_support import kill_policy_actor_mid_run, train_argv, write_prompts
 
     model = tiny_qwen2(tmp_path / "tiny-model")

@@ -4,7 +4,7 @@ argv -> OpenRLHF's own `openrlhf.cli.train_ppo_ray` main (its parser lives under
 "__main__"`, so it is run, not imported), with the driver steps of `openrlhf_copo.openrlhf_ext.driver`
 (the COPO flags, refusals, resume guard, preflight, the device decision and the CPU path, the worker hook,
 the one-line ending; a fork carrying patches/ runs the same steps). With no model given it runs the embedded
-CPU demo instead (`openrlhf_copo.embedded.job`). Every other flag keeps OpenRLHF's meaning.
+CPU demo instead (`openrlhf_copo.cpu_demo.job`). Every other flag keeps OpenRLHF's meaning.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def load_args(argv: List[str]):
 
 def main(argv: Optional[List[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
-    from openrlhf_copo.embedded import job
+    from openrlhf_copo.cpu_demo import job
 
     if job.requested(argv):
         raise SystemExit(job.main(argv))

@@ -35,7 +35,7 @@ import json
 import sys
 
 from openrlhf_copo.contract import RAY_WORKER_SETUP_HOOK, ROLLOUT_SEED_ENV
-from openrlhf_copo.openrlhf_ext import config, cpu, device, patches
+from openrlhf_copo.openrlhf_ext import config, cpu, device, runtime_patches
 from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
                                                copo_regime, copo_warnings, estimator_action, is_copo)
 from openrlhf_copo.openrlhf_ext.failure import end_run
@@ -79,8 +79,8 @@ def after_parse(args, *, check_inputs: bool = True, warn=None) -> None:
         (warn or _print_warning)(warning)
     if is_copo(args):
         try:
-            patches.apply()  # in the driver too: an unsupported openrlhf fails here, not in a worker
-        except patches.OpenRLHFVersionError as e:
+            runtime_patches.apply()  # in the driver too: an unsupported openrlhf fails here, not in a worker
+        except runtime_patches.OpenRLHFVersionError as e:
             raise DriverError(str(e)) from None
     if not check_inputs:
         return

@@ -10,7 +10,7 @@ So this module imports nothing but the standard library, and the hook does two t
 
 1. registers a post-import hook: when the actor itself first imports one of OpenRLHF's patched
    modules (by then Ray has narrowed its GPUs, and OpenRLHF's own imports touch CUDA anyway), the
-   COPO patch for that module is installed right after the module has run (`patches/`);
+   COPO patch for that module is installed right after the module has run (`runtime_patches/`);
 2. on a CPU run, which the driver chose and announced in `OPENRLHF_COPO_CPU=1` (no CUDA to
    touch there), installs the CPU device path (`cpu.py`). No CUDA query decides anything here.
 """
@@ -24,7 +24,7 @@ import threading
 
 from openrlhf_copo.contract import CPU_ENV, RAY_WORKER_SETUP_HOOK
 
-#: Module -> the function of `openrlhf_copo.openrlhf_ext.patches` that patches it once it is loaded.
+#: Module -> the function of `openrlhf_copo.openrlhf_ext.runtime_patches` that patches it once it is loaded.
 POST_IMPORT_PATCHES = {
     "openrlhf.trainer.ppo_utils.experience_maker": "patch_experience_maker",
     "openrlhf.trainer.ray.ppo_actor": "patch_ppo_actor",
@@ -34,9 +34,9 @@ POST_IMPORT_PATCHES = {
 
 
 def _run_patch(module) -> None:
-    from openrlhf_copo.openrlhf_ext import patches
+    from openrlhf_copo.openrlhf_ext import runtime_patches
 
-    getattr(patches, POST_IMPORT_PATCHES[module.__name__])(module)
+    getattr(runtime_patches, POST_IMPORT_PATCHES[module.__name__])(module)
     # One line per patched module and worker: Ray prefixes it with the actor and its pid, so a job's log
     # shows which workers, on which nodes, run with the patches.
     print(f"openrlhf_copo: patched {module.__name__}", file=sys.stderr, flush=True)

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from openrlhf_copo.cli import train_ppo_ray as cli
-from openrlhf_copo.openrlhf_ext import patches
+from openrlhf_copo.openrlhf_ext import runtime_patches
 from openrlhf_copo.openrlhf_ext.config import copo_settings
 from tests_support import copo_argv
 
@@ -97,7 +97,7 @@ def test_missing_reward_function_is_refused(load_args, capsys):
 
 def test_unsupported_openrlhf_stops_the_cli_in_one_line(load_args, capsys, monkeypatch):
     def refuse():
-        raise patches.OpenRLHFVersionError("openrlhf 0.12.1 is installed; openrlhf_copo patches openrlhf<0.12 only")
+        raise runtime_patches.OpenRLHFVersionError("openrlhf 0.12.1 is installed; openrlhf_copo patches openrlhf<0.12 only")
 
     monkeypatch.setattr(patches, "apply", refuse)
     with pytest.raises(SystemExit):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from openrlhf_copo.embedded.models import tiny_qwen2
+from openrlhf_copo.cpu_demo.models import tiny_qwen2
 from tests_support import all_rows, kill_policy_actor_mid_run, load_weights, metrics, train, train_argv, write_prompts
 
 COPO_METRICS = ["copo_entropy", "copo_w_local", "copo_w_global", "copo_signal_grpo", "copo_signal_copo",

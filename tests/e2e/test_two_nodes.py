@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from openrlhf_copo.embedded.models import tiny_qwen2
+from openrlhf_copo.cpu_demo.models import tiny_qwen2
 from tests_support import REPO, free_port, submit_runtime_env, train_argv, write_prompts
 
 RAY = str(Path(sys.executable).parent / "ray")

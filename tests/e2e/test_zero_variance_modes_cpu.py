@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from openrlhf_copo.embedded.models import tiny_qwen2
+from openrlhf_copo.cpu_demo.models import tiny_qwen2
 from tests_support import REPO, load_weights, metrics, train, write_prompts
 
 FAST = ("--ckpt.save_steps", "-1", "--ds.param_dtype", "fp32")

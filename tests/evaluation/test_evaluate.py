@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from openrlhf_copo.embedded.data import make_math_prompts
-from openrlhf_copo.embedded.models import smollm2_instruct
+from openrlhf_copo.cpu_demo.data import make_math_prompts
+from openrlhf_copo.cpu_demo.models import smollm2_instruct
 from openrlhf_copo.evaluation.evaluate import EvalInputError, load_rows, parse_benchmark, resolve_model, weighted_average
 
 

@@ -9,7 +9,7 @@ import os
 import pytest
 import ray
 
-from openrlhf_copo.openrlhf_ext import driver, patches
+from openrlhf_copo.openrlhf_ext import driver, runtime_patches
 
 
 @ray.remote(num_gpus=1)
@@ -18,7 +18,7 @@ class GpuProbe:
         import torch
 
         import openrlhf.trainer.ray.ppo_actor  # noqa: F401  (the actor's own import: patches arrive now)
-        from openrlhf_copo.openrlhf_ext import patches as p
+        from openrlhf_copo.openrlhf_ext import runtime_patches as p
 
         return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES"), torch._C._cuda_getDeviceCount(), \
             p.is_applied()

@@ -22,7 +22,7 @@ LR = 1e-3
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    from openrlhf_copo.embedded.models import tiny_qwen2
+    from openrlhf_copo.cpu_demo.models import tiny_qwen2
 
     return tiny_qwen2(tmp_path_factory.mktemp("dp") / "tiny-model")  # with a tokenizer, which PolicyModelActor loads
 

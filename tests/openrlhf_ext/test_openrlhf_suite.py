@@ -7,8 +7,8 @@ from pathlib import Path
 
 RUNNER = """
 import sys, pytest
-from openrlhf_copo.openrlhf_ext import patches
-assert patches.apply() and patches.is_applied()
+from openrlhf_copo.openrlhf_ext import runtime_patches
+assert runtime_patches.apply() and runtime_patches.is_applied()
 sys.exit(pytest.main(sys.argv[1:]))
 """
 

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 import ray
 
-from openrlhf_copo.openrlhf_ext import driver, patches
+from openrlhf_copo.openrlhf_ext import driver, runtime_patches
 from tests_support import REWARD_FILE
 
 pytestmark = pytest.mark.ray
@@ -19,7 +19,7 @@ def start_ray(runtime_env=None):
 @ray.remote(num_cpus=0)
 class Probe:
     def patched(self):
-        from openrlhf_copo.openrlhf_ext import patches as p
+        from openrlhf_copo.openrlhf_ext import runtime_patches as p
 
         return p.is_applied()
 
@@ -44,7 +44,7 @@ class Probe:
 @ray.remote(num_cpus=0)
 class AsyncProbe:
     async def patched(self):
-        from openrlhf_copo.openrlhf_ext import patches as p
+        from openrlhf_copo.openrlhf_ext import runtime_patches as p
 
         return p.is_applied()
 
@@ -58,8 +58,8 @@ def ray_cleanup():
 
 
 def test_driver_monkeypatch_does_not_reach_actors(ray_cleanup):
-    patches.apply()  # in the driver
-    assert patches.is_applied()
+    runtime_patches.apply()  # in the driver
+    assert runtime_patches.is_applied()
     start_ray()
     assert ray.get(Probe.remote().patched.remote()) is False
 
@@ -71,7 +71,7 @@ def test_worker_hook_patches_every_worker(ray_cleanup):
 
     @ray.remote(num_cpus=0)
     def task():
-        from openrlhf_copo.openrlhf_ext import patches as p
+        from openrlhf_copo.openrlhf_ext import runtime_patches as p
 
         return p.is_applied()
 

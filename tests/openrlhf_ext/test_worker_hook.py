@@ -22,8 +22,8 @@ assert not heavy, f"the worker hook imported {heavy[:8]}"
 import openrlhf.trainer.ppo_trainer as ppo_trainer
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
-from openrlhf_copo.openrlhf_ext import patches
-assert patches.is_applied()
+from openrlhf_copo.openrlhf_ext import runtime_patches
+assert runtime_patches.is_applied()
 assert ppo_trainer.BasePPOTrainer.__openrlhf_copo_patched__
 assert ppo_trainer.compute_eval_metrics.__openrlhf_copo_patched__
 assert ppo_trainer.SamplesGenerator.generate_eval_samples.__openrlhf_copo_patched__
@@ -39,10 +39,10 @@ CPU_RUN_HOOK = """
 from openrlhf_copo.openrlhf_ext.worker_hook import ray_worker_setup
 ray_worker_setup()
 import torch
-from openrlhf_copo.openrlhf_ext import cpu, patches
+from openrlhf_copo.openrlhf_ext import cpu, runtime_patches
 assert torch.cuda.current_device() == torch.device("cpu")  # the CPU path, chosen by the driver's variable
 import openrlhf.trainer.ray.ppo_actor  # noqa: F401
-assert patches.is_applied()
+assert runtime_patches.is_applied()
 print("ok")
 """
 

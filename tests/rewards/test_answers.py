@@ -91,7 +91,7 @@ def test_a_tokenizers_own_stop_token_from_the_environment(monkeypatch):
 
 
 def test_tokenizer_stop_tokens_of_the_demo_model():
-    from openrlhf_copo.embedded.models import smollm2_instruct
+    from openrlhf_copo.cpu_demo.models import smollm2_instruct
 
     assert "<|im_end|>" in tokenizer_stop_tokens(smollm2_instruct())
 

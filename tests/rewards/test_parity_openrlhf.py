@@ -19,7 +19,7 @@ from vllm import SamplingParams
 from vllm.outputs import CompletionOutput, RequestOutput
 
 from openrlhf.utils.agent import SingleTurnAgentExecutor
-from openrlhf_copo.embedded.models import smollm2_instruct
+from openrlhf_copo.cpu_demo.models import smollm2_instruct
 from openrlhf_copo.evaluation.evaluate import Benchmark, score
 from tests_support import REWARD_FILE
 

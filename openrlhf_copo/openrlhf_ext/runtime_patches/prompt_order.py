@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from openrlhf_copo.openrlhf_ext.patches.versions import PATCHED_ATTR
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR
 
 
 def seed_prompt_order(prompts_dataloader, seed: int) -> None:

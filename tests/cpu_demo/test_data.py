@@ -9,8 +9,8 @@ import pytest
 from openrlhf_copo.rewards.answers import answer_value
 from math_verify import parse
 
-from openrlhf_copo.embedded.data import EASY_TASKS, INSTRUCTION, main, make_math_prompts
-from openrlhf_copo.embedded.models import smollm2_instruct
+from openrlhf_copo.cpu_demo.data import EASY_TASKS, INSTRUCTION, main, make_math_prompts
+from openrlhf_copo.cpu_demo.models import smollm2_instruct
 
 N_TRAIN, N_TEST = 60, 20
 
@@ -127,7 +127,7 @@ def test_cli_writes_the_same_files(files, tmp_path):
 def test_arithmetic_mix_rows_answers_and_equal_task_shares(tmp_path):
     import re
 
-    from openrlhf_copo.embedded.data import ARITHMETIC_TASKS, FINAL_NUMBER_INSTRUCTION, make_arithmetic_prompts
+    from openrlhf_copo.cpu_demo.data import ARITHMETIC_TASKS, FINAL_NUMBER_INSTRUCTION, make_arithmetic_prompts
 
     train, test = make_arithmetic_prompts(tmp_path, 120, 60, seed=0)
     rows = _rows(train) + _rows(test)
@@ -151,7 +151,7 @@ def test_arithmetic_mix_rows_answers_and_equal_task_shares(tmp_path):
 
 
 def test_arithmetic_mix_is_deterministic_and_its_test_split_does_not_depend_on_n_train(tmp_path):
-    from openrlhf_copo.embedded.data import make_arithmetic_prompts
+    from openrlhf_copo.cpu_demo.data import make_arithmetic_prompts
 
     a = make_arithmetic_prompts(tmp_path / "a", 30, 12, seed=3)
     b = make_arithmetic_prompts(tmp_path / "b", 90, 12, seed=3)

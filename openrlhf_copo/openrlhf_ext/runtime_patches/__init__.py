@@ -18,7 +18,7 @@ patch  module         what it changes in OpenRLHF 0.11.2                  why
 Patches 1-3 make COPO (each a no-op unless the run's estimator is one of COPO's); 4-10 serve logging, evaluation,
 rollout speed and reproducibility, for any estimator. `versions` holds the openrlhf versions and signatures they
 were written against, and the checks that refuse others. Each module's docstring says what its patches change and
-why; each is tested by the test module of the same name under tests/openrlhf_ext/patches/.
+why; each is tested by the test module of the same name under tests/openrlhf_ext/runtime_patches/.
 
 A monkeypatch made in the driver never reaches Ray actor processes, where these classes run.
 `worker_hook.ray_worker_setup` is therefore registered as Ray's `worker_process_setup_hook` (see
@@ -30,12 +30,12 @@ then stand aside.
 
 from __future__ import annotations
 
-from openrlhf_copo.openrlhf_ext.patches import evaluation, metrics_file, prompt_order, rollout
-from openrlhf_copo.openrlhf_ext.patches.copo import (after_training_step, apply, before_training_step,
+from openrlhf_copo.openrlhf_ext.runtime_patches import evaluation, metrics_file, prompt_order, rollout
+from openrlhf_copo.openrlhf_ext.runtime_patches.copo import (after_training_step, apply, before_training_step,
                                                      copo_advantages_or_none, is_applied, patch_experience_maker,
                                                      patch_ppo_actor, wrap_actor_loss)
-from openrlhf_copo.openrlhf_ext.patches.rollout import patch_agent
-from openrlhf_copo.openrlhf_ext.patches.versions import (SUPPORTED_OPENRLHF, OpenRLHFVersionError, check_openrlhf,
+from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import patch_agent
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import (SUPPORTED_OPENRLHF, OpenRLHFVersionError, check_openrlhf,
                                                          check_signature, check_version)
 
 __all__ = [

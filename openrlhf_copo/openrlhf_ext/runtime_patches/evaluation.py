@@ -18,8 +18,8 @@ import functools
 import time
 
 from openrlhf_copo.contract import ANSWER_ID, sample_correct, sample_outcome
-from openrlhf_copo.openrlhf_ext.patches.metrics_file import append_metrics, last_step
-from openrlhf_copo.openrlhf_ext.patches.versions import PATCHED_ATTR
+from openrlhf_copo.openrlhf_ext.runtime_patches.metrics_file import append_metrics, last_step
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR
 
 
 #: What patch 8 hands patch 5 about the evaluation under way: its greedy samples (`evaluate` hands

@@ -1,10 +1,10 @@
-"""Patches 5, 6 and 8 and the end-of-training evaluation (`openrlhf_ext/patches/evaluation.py`): mean@k, maj@k and
+"""Patches 5, 6 and 8 and the end-of-training evaluation (`openrlhf_ext/runtime_patches/evaluation.py`): mean@k, maj@k and
 greedy accuracy from OpenRLHF's eval samples, and the last step's evaluation when the prompts run out."""
 
 import pytest
 
-from openrlhf_copo.openrlhf_ext.patches import evaluation
-from openrlhf_copo.openrlhf_ext.patches.evaluation import eval_greedy_logs, eval_majority_logs
+from openrlhf_copo.openrlhf_ext.runtime_patches import evaluation
+from openrlhf_copo.openrlhf_ext.runtime_patches.evaluation import eval_greedy_logs, eval_majority_logs
 from tests_support import make_rollout
 
 # --- Patch 5: mean@k, maj@k and greedy accuracy in the evaluation's logs ---

@@ -15,7 +15,7 @@ import hashlib
 import os
 
 from openrlhf_copo.contract import ROLLOUT_ENGINE_SEED, ROLLOUT_SEED_ENV
-from openrlhf_copo.openrlhf_ext.patches.versions import PATCHED_ATTR
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR
 
 
 def patch_agent(module) -> None:

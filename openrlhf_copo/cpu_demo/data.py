@@ -187,7 +187,7 @@ def make_arithmetic_prompts(out_dir: Path, n_train: int, n_test: int, seed: int 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m openrlhf_copo.embedded.data --out DIR --train N --test N --seed S [--tasks T ...]`."""
+    """`python -m openrlhf_copo.cpu_demo.data --out DIR --train N --test N --seed S [--tasks T ...]`."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for train.jsonl and test.jsonl")
     parser.add_argument("--train", type=int, required=True, help="number of train prompts")

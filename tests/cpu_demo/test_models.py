@@ -15,7 +15,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from openrlhf_copo.files import atomic_path
-from openrlhf_copo.embedded.models import cache_dir, smollm2_instruct, tiny_qwen2
+from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct, tiny_qwen2
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,11 @@
-"""Patch 4 (`openrlhf_ext/patches/metrics_file.py`): the rows of `--copo.metrics_file`."""
+"""Patch 4 (`openrlhf_ext/runtime_patches/metrics_file.py`): the rows of `--copo.metrics_file`."""
 
 import json
 import math
 
 import torch
 
-from openrlhf_copo.openrlhf_ext.patches.metrics_file import append_metrics
+from openrlhf_copo.openrlhf_ext.runtime_patches.metrics_file import append_metrics
 
 
 def test_a_row_keeps_the_numbers_and_the_outcome_strings(tmp_path):

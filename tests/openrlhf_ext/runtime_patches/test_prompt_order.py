@@ -1,4 +1,4 @@
-"""Patch 10 (`openrlhf_ext/patches/prompt_order.py`): the training prompts' order comes from --train.seed."""
+"""Patch 10 (`openrlhf_ext/runtime_patches/prompt_order.py`): the training prompts' order comes from --train.seed."""
 
 import os
 
@@ -9,7 +9,7 @@ import json, sys, torch
 import openrlhf.trainer.ppo_trainer as ppo_trainer
 from openrlhf.utils import get_strategy, get_tokenizer
 from openrlhf_copo.cli.train_ppo_ray import load_args
-from openrlhf_copo.openrlhf_ext.patches import prompt_order
+from openrlhf_copo.openrlhf_ext.runtime_patches import prompt_order
 
 argv, model = json.loads(sys.argv[1]), sys.argv[2]
 

@@ -1,11 +1,11 @@
-"""`openrlhf_ext/patches/versions.py`: an openrlhf outside the tested range, or one whose patched functions moved, is
+"""`openrlhf_ext/runtime_patches/versions.py`: an openrlhf outside the tested range, or one whose patched functions moved, is
 refused before anything is patched."""
 
 import importlib.metadata
 
 import pytest
 
-from openrlhf_copo.openrlhf_ext.patches import versions
+from openrlhf_copo.openrlhf_ext.runtime_patches import versions
 
 
 def test_unsupported_openrlhf_is_refused(monkeypatch):

@@ -1,4 +1,4 @@
-"""Patches 7 and 9 (`openrlhf_ext/patches/rollout.py`): the tokenizer sent as its path, and seeded rollouts (also
+"""Patches 7 and 9 (`openrlhf_ext/runtime_patches/rollout.py`): the tokenizer sent as its path, and seeded rollouts (also
 in the real vLLM)."""
 
 import os
@@ -7,9 +7,9 @@ import pickle
 import pytest
 
 from openrlhf_copo.contract import ROLLOUT_SEED_ENV
-from openrlhf_copo.embedded.models import tiny_qwen2
-from openrlhf_copo.openrlhf_ext.patches import rollout
-from openrlhf_copo.openrlhf_ext.patches.rollout import _TOKENIZERS, TokenizerByPath
+from openrlhf_copo.cpu_demo.models import tiny_qwen2
+from openrlhf_copo.openrlhf_ext.runtime_patches import rollout
+from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import _TOKENIZERS, TokenizerByPath
 
 # --- Patch 9: the tokenizer travels to the vLLM engines as its path ---
 
@@ -85,7 +85,7 @@ SAME_DRAW_WHATEVER_THE_BATCH = r"""
 import json, os, sys
 os.environ["OPENRLHF_COPO_ROLLOUT_SEED"] = "7"
 from vllm import LLM, SamplingParams
-from openrlhf_copo.openrlhf_ext.patches import rollout
+from openrlhf_copo.openrlhf_ext.runtime_patches import rollout
 
 # A token budget of one max-length prompt per step: the batch below (12 prompts of ~40 tokens) does not fit one step,
 # which is where vLLM splits prefills (chunked prefill) and rewinds a seeded request's generator.

@@ -142,8 +142,8 @@ def run(user_argv: List[str]) -> int:
     """Build the offline model and data, run the job as a child process, report it."""
     from tqdm import tqdm
 
-    from openrlhf_copo.embedded.data import make_arithmetic_prompts
-    from openrlhf_copo.embedded.models import cache_dir, smollm2_instruct
+    from openrlhf_copo.cpu_demo.data import make_arithmetic_prompts
+    from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct
 
     user_argv = list(user_argv)
     run_dir = Path(_pop_flag(user_argv, "--copo.run_dir") or f"runs/copo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()

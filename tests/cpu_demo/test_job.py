@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from openrlhf_copo.embedded import job
+from openrlhf_copo.cpu_demo import job
 
 
 def test_default_flags_are_ordinary_train_ppo_ray_flags_and_parse(tmp_path):

@@ -17,7 +17,7 @@ import time
 from typing import Callable, Optional
 
 from openrlhf_copo.contract import PROMPTS_CONSUMED
-from openrlhf_copo.openrlhf_ext.patches.versions import PATCHED_ATTR
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR
 
 
 #: The step the trainer last logged (patch 4) or is about to start from (patch 6): OpenRLHF's `evaluate`

@@ -18,7 +18,7 @@ import functools
 
 from openrlhf_copo.contract import ID_LABELS, WEIGHTED_GLOBAL_ADV, info_tensor
 from openrlhf_copo.openrlhf_ext.config import is_copo
-from openrlhf_copo.openrlhf_ext.patches.versions import (EXPECTED_ADVANTAGES, EXPECTED_POLICY_LOSS,
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import (EXPECTED_ADVANTAGES, EXPECTED_POLICY_LOSS,
                                                          EXPECTED_TRAINING_STEP, PATCHED_ATTR, check_openrlhf,
                                                          check_signature, check_version)
 
