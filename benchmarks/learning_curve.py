@@ -138,8 +138,10 @@ STEP_KEYS = ("step", "copo_correct", "copo_zero_std", "copo_signal_grpo", "copo_
              "copo_correct_penalized", "dynamic_filtering_pass_rate",
              "response_length", "truncated", "copo_has_answer", "copo_token_surprisal", "copo_push_local_sq",
              "copo_push_global_sq", "copo_push_dot", PROMPTS_CONSUMED, "timing/step_total")
-#: Flags of every run: the same draws from the same weights, and an evaluation at the end of every run.
-PAIRED = ["--copo.seeded_rollouts", "--copo.eval_after_train"]
+#: Flags of every run: the same draws from the same weights, and an evaluation at the end of every run; DAPO, which runs
+#: OpenRLHF's own estimator, through the same patched pipeline as the others (the prompt order of --train.seed above
+#: all).
+PAIRED = ["--copo.seeded_rollouts", "--copo.eval_after_train", "--copo.same_pipeline", "--copo.push_metrics"]
 
 
 def run_argv(method: str, seed: int, steps: int, eval_every: int, model: str, train: Path, test: Path,

@@ -103,6 +103,9 @@ RAY_WORKER_SETUP_HOOK = "openrlhf_copo.openrlhf_ext.worker_hook.ray_worker_setup
 #: Set to --train.seed by the driver with `--copo.seeded_rollouts`: the vLLM engine processes then give every
 #: sampled response its own seed (`openrlhf_ext.runtime_patches.rollout.seeded_sampling_params`).
 ROLLOUT_SEED_ENV = "OPENRLHF_COPO_ROLLOUT_SEED"
+#: The run-time patches a run's workers install, as "1,2,5" (`openrlhf_ext.runtime_patches.patches_for`: the driver
+#: decides from the run's estimator and flags); unset, a worker installs them all.
+PATCHES_ENV = "OPENRLHF_COPO_PATCHES"
 #: The metrics file's per-step count of prompts the run has drawn so far (OpenRLHF's total_consumed_prompts;
 #: with dynamic filtering more than steps x --rollout.batch_size): generated samples = it x n_samples_per_prompt.
 PROMPTS_CONSUMED = "prompts_consumed"

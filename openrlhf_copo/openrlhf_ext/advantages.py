@@ -15,6 +15,7 @@ the samples; `openrlhf_copo.openrlhf_ext.loss` turns it into the second PolicyLo
 from __future__ import annotations
 
 import itertools
+import sys
 from typing import List
 
 import torch
@@ -35,10 +36,25 @@ class RewardCheckError(RuntimeError):
     nothing (every prompt all-incorrect, a global advantage of exactly 0) without a word."""
 
 
+#: The warnings this process has printed (`warn_once`).
+_warned: set = set()
+
+
+def warn_once(key: str, message: str) -> None:
+    """Print ``message`` once per process (the controller runs the advantage step every rollout step)."""
+    if key not in _warned:
+        _warned.add(key)
+        print(f"openrlhf_copo: warning: {message}", file=sys.stderr, flush=True)
+
+
 def check_verify_failures(experiences, max_share: float) -> None:
-    """Stop (one line) when more than ``max_share`` of the rollout step's verdicts failed."""
+    """Stop (one line) when more than ``max_share`` of the rollout step's verdicts failed. A reward function that
+    returns no failure flag cannot be checked: said once."""
     if not all(VERIFY_FAILED in exp.info for exp in experiences):
-        return  # a reward function without the flag: nothing to check
+        warn_once(VERIFY_FAILED, f"the reward function returns no extra_logs['{VERIFY_FAILED}'], so answers it could "
+                                 "not check (a crashed or timed-out verifier) cannot be told from wrong ones: "
+                                 "--copo.max_verify_failed is not enforced")
+        return
     failed = _info_column(experiences, VERIFY_FAILED).float()
     n_failed, total = int((failed > 0.5).sum()), int(failed.numel())
     if total and n_failed > max_share * total:
@@ -58,7 +74,8 @@ def _info_column(experiences, key: str) -> torch.Tensor:
             why = " (read under --copo.answer_buckets string)" if key == ANSWER_STRING_ID else ""
             raise CopoConfigError(
                 f"the reward function returned no extra_logs['{key}']{why} for prompt {exp.prompts[:1]!r}: COPO needs "
-                "one answer id per response; use --reward.remote_url openrlhf_copo/rewards/math_reward.py"
+                "one answer id per response; use --reward.remote_url openrlhf_copo/rewards/math_reward.py, or return "
+                f"it in the extra_logs of your agent function's step (--train.agent_func_path)"
             )
         cols.append(info_tensor(exp.info[key]))
     return torch.cat(cols)
@@ -86,6 +103,9 @@ def engine_metrics(experiences, train_seed: int) -> dict:
     (`contract.ENGINE_LOGPROB_ABSDIFF`): after a weight sync every engine must show the same small
     gap; one engine that missed the sync stands out. Empty if a response lacks the engine tag (patch 7)."""
     if not all(ROLLOUT_ENGINE_SEED in exp.info for exp in experiences):
+        warn_once(ROLLOUT_ENGINE_SEED, f"responses without their engine tag (info['{ROLLOUT_ENGINE_SEED}'], patch 7 "
+                                       "in the vLLM engines' workers): the per-engine metrics (copo_num_engines, the "
+                                       "weight-sync logprob gap per engine) are not logged")
         return {}
     engine = _info_column(experiences, ROLLOUT_ENGINE_SEED).to(torch.int64) - int(train_seed)
     engines = engine.unique().tolist()

@@ -114,6 +114,17 @@ class CopoSettings:
                                             "shares vLLM's batch (OpenRLHF's draws depend on batching and arrival "
                                             "order), e.g. the same first rollout batch for two methods compared "
                                             "(any estimator)")
+    push_metrics: bool = _setting(False, "log each loss term's push on the sampled tokens (copo_push_local_sq, "
+                                         "copo_push_global_sq, copo_push_dot: the global term's share of the update "
+                                         "and its cosine with the local term); costs two more PolicyLoss evaluations "
+                                         "and backwards per micro-batch (benchmarks/bench_loss.py)")
+    same_pipeline: bool = _setting(False, "a run of a non-COPO estimator (group_norm, dr_grpo, ...) also installs "
+                                          "the run-time patches a COPO run gets: the held-out prompts in one vLLM call "
+                                          "(patch 8), the tokenizer sent by path (9), the prompts shuffled by "
+                                          "--train.seed (10), the start and end evaluations (6) and the metrics file "
+                                          "hook (4), so that a baseline compared with a COPO run goes through the same "
+                                          "pipeline; without it such a run gets OpenRLHF's own functions, except the "
+                                          "patches that only add to its logs (docs/openrlhf.md)")
     eval_greedy: bool = _setting(False, "with --eval.dataset: every evaluation also decodes each held-out prompt "
                                         "greedily (temperature 0, one sample, one vLLM call): eval_<source>_greedy "
                                         "and its standard error; with --copo.metrics_file also the per-prompt "
@@ -224,7 +235,7 @@ def copo_problems(args) -> List[str]:
     if not remote:
         problems.append("COPO needs each response's answer id from a reward function: set --reward.remote_url "
                         "openrlhf_copo/rewards/math_reward.py (or a function that returns "
-                        "extra_logs['copo_answer_id'])")
+                        "extra_logs['copo_answer_id']), or --train.agent_func_path with an agent whose step returns it")
     if args.train.async_enable:
         problems.append("--train.async_enable is not supported with COPO yet: its rollout batches are filled from a "
                         "queue across policy versions, so the batch-level global advantage is not tested there")

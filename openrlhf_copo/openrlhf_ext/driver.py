@@ -2,16 +2,18 @@
 
 Two entry points run the very same steps:
 
-- `python -m openrlhf_copo.cli.train_ppo_ray` runs OpenRLHF's *unmodified* `train_ppo_ray` main under
-  `openrlhf_main_hooks`, which calls the steps from three points of that main: its parser, its
-  `hierarchize`, and its `ray.init` (plus `ray.is_initialized`, to stop before training in `load_args`), and
-  ends a failed run with `end_run`;
-- a fork carrying `patches/train_ppo_ray.patch` calls `extend_openrlhf_parser`, `after_parse`,
-  `ray_init_kwargs` and `run_training` from its own source.
+- `python -m openrlhf_copo.cli.train_ppo_ray` runs OpenRLHF's *unmodified* `train_ppo_ray` main with
+  `run_openrlhf_main`: its main block, compiled from its own source, runs with our parser step once the parser is
+  built and with our `train`, which runs `after_parse` on the arguments OpenRLHF hands to `train(args)` (after all
+  of OpenRLHF's own adjustments), then OpenRLHF's `train` with `ray_init_kwargs` at its `ray.init`; a failed run
+  ends with `end_run`;
+- a fork carrying `patches/train_ppo_ray.patch` calls `extend_openrlhf_parser`, `after_parse` (right before
+  `train(args)`), `ray_init_kwargs` and `run_training` from its own source.
 
 Steps, in order:
 
     parser        extend_openrlhf_parser: COPO estimators, the --advantage_estimator alias, --copo.* flags
+    (OpenRLHF's own parsing, hierarchizing and adjustments of the arguments)
     after_parse   1. refusals (copo_problems)              one line, the run does not start
                   2. warnings (copo_warnings)              printed, the run goes on
                   3. openrlhf version and signatures       fails early on an unsupported openrlhf
@@ -21,7 +23,8 @@ Steps, in order:
                                                            run, said in one line; the CPU path's refusals and
                                                            adaptations follow it (`cpu.py`), and
                                                            args.copo.device holds the decision from here on
-    ray.init      ray_init_kwargs: the worker hook (patches in every worker, no CUDA touched), the actor
+    ray.init      ray_init_kwargs: the worker hook (patches in every worker, no CUDA touched; which ones, by
+                  estimator and flags: `runtime_patches.patches_for`), the actor
                   tokenizer's stop tokens for the reward, the CPU path's environment and local cluster
     train         run_training / end_run: a run that stops ends on one line naming what stopped it
                   (`failure.py`: which worker died, where the checkpoints are), then Ray shut down
@@ -30,11 +33,15 @@ Steps, in order:
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
+import contextvars
+import inspect
 import json
 import sys
+from typing import Optional
 
-from openrlhf_copo.contract import RAY_WORKER_SETUP_HOOK, ROLLOUT_SEED_ENV
+from openrlhf_copo.contract import PATCHES_ENV, RAY_WORKER_SETUP_HOOK, ROLLOUT_SEED_ENV
 from openrlhf_copo.openrlhf_ext import config, cpu, device, runtime_patches
 from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
                                                copo_regime, copo_warnings, estimator_action, is_copo)
@@ -42,7 +49,7 @@ from openrlhf_copo.openrlhf_ext.failure import end_run
 from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
 
 __all__ = ["DriverError", "extend_openrlhf_parser", "after_parse", "apply_device", "decide_device", "ray_init_kwargs",
-           "with_worker_hook", "run_training", "end_run", "openrlhf_main_hooks"]
+           "with_worker_hook", "run_training", "end_run", "run_openrlhf_main", "openrlhf_main_block"]
 
 
 class DriverError(ValueError):
@@ -61,13 +68,17 @@ def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
 _STEPS_RAN_ON: list = []
 
 
-def after_parse(args, *, check_inputs: bool = True, warn=None) -> None:
-    """Steps 1-6, right after OpenRLHF hierarchized the flags, once per args. Raises `DriverError`.
+def after_parse(args, *, check_inputs: Optional[bool] = None, warn=None) -> None:
+    """Steps 1-6 on the arguments as OpenRLHF will use them (where its main calls `train(args)`, after its own
+    adjustments), once per args. Raises `DriverError`.
 
     ``check_inputs`` off skips the resume guard, the preflight and the device decision (`load_args`: nothing is
-    read, written or asked of a cluster; args.copo.device stays as given)."""
+    read, written or asked of a cluster; args.copo.device stays as given); None: as `run_openrlhf_main` set it (on,
+    in a fork's own main)."""
     if any(done is args for done in _STEPS_RAN_ON):
         return
+    if check_inputs is None:
+        check_inputs = _CHECK_INPUTS.get()
     _STEPS_RAN_ON.append(args)
     problems = copo_problems(args)
     if problems:
@@ -77,11 +88,12 @@ def after_parse(args, *, check_inputs: bool = True, warn=None) -> None:
         print(f"openrlhf_copo: {regime}", file=sys.stderr, flush=True)
     for warning in copo_warnings(args):
         (warn or _print_warning)(warning)
-    if is_copo(args):
-        try:
-            runtime_patches.apply()  # in the driver too: an unsupported openrlhf fails here, not in a worker
-        except runtime_patches.OpenRLHFVersionError as e:
-            raise DriverError(str(e)) from None
+    try:  # in the driver: an unsupported openrlhf fails here, not in a worker
+        runtime_patches.check_openrlhf()
+        if is_copo(args):
+            runtime_patches.apply()
+    except runtime_patches.OpenRLHFVersionError as e:
+        raise DriverError(str(e)) from None
     if not check_inputs:
         return
     try:
@@ -129,6 +141,9 @@ def ray_init_kwargs(args, kwargs: dict) -> dict:
     except RuntimeError as e:
         raise DriverError(str(e)) from None
     _add_stop_tokens(kwargs["runtime_env"], args)
+    # which run-time patches the workers install: all for COPO, for other estimators only what its flags ask for
+    kwargs["runtime_env"].setdefault("env_vars", {})[PATCHES_ENV] = runtime_patches.patches_env(
+        runtime_patches.patches_for(args))
     if args.copo.seeded_rollouts:
         kwargs["runtime_env"].setdefault("env_vars", {})[ROLLOUT_SEED_ENV] = str(args.train.seed)
     if args.copo.device == device.CPU:
@@ -180,52 +195,103 @@ class StopBeforeTraining(BaseException):
     passes the `except Exception` of `run_training` (a fork's main, run by `load_args`), as it is no failure."""
 
 
+#: False while `run_openrlhf_main` only loads the args (`load_args`): then `after_parse`, called without
+#: ``check_inputs`` (as a fork's main calls it), reads, writes and asks a cluster nothing.
+_CHECK_INPUTS = contextvars.ContextVar("openrlhf_copo_check_inputs", default=True)
+
+
+def _is_main_test(node) -> bool:
+    return (isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "__name__"
+            and len(node.comparators) == 1 and getattr(node.comparators[0], "value", None) == "__main__")
+
+
+def _is_parse_args(node) -> bool:
+    return (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "parse_args")
+
+
+def openrlhf_main_block(module):
+    """OpenRLHF's `if __name__ == "__main__":` block of ``module`` (its train_ppo_ray, or a fork's), as two code
+    objects to run in the module's namespace: up to its `args = parser.parse_args()` (builds `parser`), and from
+    there to the end (parses, hierarchizes, applies OpenRLHF's own adjustments, calls `train(args)`). Compiled from
+    the module's own source, with its file and line numbers, so tracebacks point at OpenRLHF's lines. Raises
+    `DriverError` if that block no longer has this shape."""
+    source = inspect.getsource(module)
+    mains = [n for n in ast.parse(source).body if isinstance(n, ast.If) and _is_main_test(n.test)]
+    splits = [i for i, n in enumerate(mains[0].body) if _is_parse_args(n)] if len(mains) == 1 else []
+    if len(splits) != 1:
+        raise DriverError(f"{module.__file__}: its `if __name__ == \"__main__\":` block has no single "
+                          "`args = parser.parse_args()`; openrlhf_copo cannot run this OpenRLHF's main")
+    body, i = mains[0].body, splits[0]
+
+    def compiled(nodes):
+        return compile(ast.Module(body=nodes, type_ignores=[]), module.__file__, "exec")
+
+    return compiled(body[:i]), compiled(body[i:])
+
+
+def run_openrlhf_main(argv, captured: dict, *, prog: str, stop_before_training: bool, warn=None) -> None:
+    """OpenRLHF's own train_ppo_ray main on ``argv``, with the steps of this module where they belong: the parser
+    step once OpenRLHF has built its parser; `after_parse` where its main calls `train(args)`, on the arguments as
+    OpenRLHF will use them (after its own adjustments: an agent function's `remote_url = "agent"`, the split
+    `remote_url`, a forced `packing_samples`, ...); `ray_init_kwargs` at the `ray.init` of its `train`.
+
+    The main block runs in a copy of the module's namespace whose `train` is ours (`openrlhf_main_block`): nothing
+    of argparse or Ray is replaced for the process; `ray.init` is wrapped only while OpenRLHF's `train` runs.
+    ``captured`` receives the parser and, once `after_parse` passed, the args; with ``stop_before_training`` the run
+    stops there (`StopBeforeTraining`, caught here)."""
+    import importlib
+
+    upstream = importlib.import_module(OPENRLHF_MAIN)
+    build_parser, parse_and_train = openrlhf_main_block(upstream)
+    namespace = dict(vars(upstream))
+    exec(build_parser, namespace)
+    parser = namespace["parser"]
+    parser.prog = prog
+    extend_openrlhf_parser(parser)
+    captured["parser"] = parser
+
+    def train(args):  # where OpenRLHF's main hands over its final args
+        after_parse(args, check_inputs=not stop_before_training, warn=warn)
+        captured["args"] = args
+        if stop_before_training:
+            raise StopBeforeTraining()
+        with _ray_init_with_copo(args):
+            upstream.train(args)
+
+    namespace["train"] = train
+    token = _CHECK_INPUTS.set(not stop_before_training)
+    saved_argv = sys.argv
+    sys.argv = [prog, *argv]
+    try:
+        exec(parse_and_train, namespace)
+    except StopBeforeTraining:
+        pass
+    finally:
+        sys.argv = saved_argv
+        _CHECK_INPUTS.reset(token)
+    if "args" not in captured:
+        raise DriverError(f"{upstream.__file__}: its main returned without calling train(args)")
+
+
+#: OpenRLHF's train_ppo_ray module: its main block is run by `run_openrlhf_main`.
+OPENRLHF_MAIN = "openrlhf.cli.train_ppo_ray"
+
+
 @contextlib.contextmanager
-def openrlhf_main_hooks(captured: dict, *, stop_before_training: bool, prog: str, warn=None):
-    """Run the steps from inside OpenRLHF's unmodified main: its parser gets the COPO flags, its
-    `hierarchize` runs `after_parse`, its `ray.init` gets `ray_init_kwargs`. ``captured`` receives the
-    parser and, once `after_parse` passed, the args. Everything is restored on exit."""
+def _ray_init_with_copo(args):
+    """While OpenRLHF's `train(args)` runs: its `ray.init` gets `ray_init_kwargs` (unless a fork's own code already
+    added them, as its patch does: our worker hook is then in its runtime env)."""
     import ray
 
-    import openrlhf.utils.config as orl_config
-
-    original_parse_args = argparse.ArgumentParser.parse_args
-    original_hierarchize = orl_config.hierarchize
     original_init = ray.init
-    original_is_initialized = ray.is_initialized
 
-    def parse_args(self, args=None, namespace=None):
-        if "parser" not in captured and estimator_action(self) is not None:
-            self.prog = prog
-            extend_openrlhf_parser(self)
-            captured["parser"] = self
-        return original_parse_args(self, args, namespace)
+    def init(*a, **kwargs):
+        hook = (kwargs.get("runtime_env") or {}).get("worker_process_setup_hook")
+        return original_init(*a, **(kwargs if hook == RAY_WORKER_SETUP_HOOK else ray_init_kwargs(args, kwargs)))
 
-    def hierarchize(flat):
-        nested = original_hierarchize(flat)
-        if "parser" in captured and "args" not in captured:
-            after_parse(nested, check_inputs=not stop_before_training, warn=warn)
-            captured["args"] = nested
-        return nested
-
-    def init(*args, **kwargs):
-        if "args" not in captured:  # the device probe's own short connection, inside after_parse
-            return original_init(*args, **kwargs)
-        return original_init(*args, **ray_init_kwargs(captured["args"], kwargs))
-
-    def is_initialized():
-        if stop_before_training and "args" in captured:
-            raise StopBeforeTraining()  # train(args) starts here
-        return original_is_initialized()
-
-    argparse.ArgumentParser.parse_args = parse_args
-    orl_config.hierarchize = hierarchize
     ray.init = init
-    ray.is_initialized = is_initialized
     try:
         yield
     finally:
-        argparse.ArgumentParser.parse_args = original_parse_args
-        orl_config.hierarchize = original_hierarchize
         ray.init = original_init
-        ray.is_initialized = original_is_initialized

@@ -9,14 +9,16 @@ included), so each weighted term is exactly PolicyLoss of the weighted advantage
 share the ratio, mask, loss aggregation and importance-sampling correction, because they are
 the same PolicyLoss object with the same arguments.
 
-What each term does to the update is logged as its *push* on the sampled tokens: the gradient of
+With `--copo.push_metrics`, what each term does to the update is logged as its *push* on the sampled tokens: the gradient of
 the term with respect to each token's log-prob, times the term's normalizer (tokens, or samples
 under sequence-mean), so that a token's push is -A r where the clip is inactive. The logged token
 means of push_local^2, push_global^2 and push_local * push_global give, per step, each term's
 share of the push (push_global^2 / (push_local^2 + push_global^2)) and their cosine
 (push_local * push_global / sqrt(push_local^2 push_global^2)): whether the global term adds to
 GRPO's signal, fights it, or replaces it. Computed on a detached copy of the log-probs (one
-elementwise backward, no second pass through the model).
+elementwise backward, no second pass through the model). Off by default: it costs two more PolicyLoss evaluations
+and two backwards per micro-batch, and three more logged values, each a host sync and an all-reduce in OpenRLHF's
+`ppo_train` (benchmarks/bench_loss.py measures the loss step with and without).
 
 A mode with a per-token second term (RL-ZVP: `core.rl_zvp_token_advantage`) gets the micro-batch's per-response
 coefficient as above and the policy's token entropy from OpenRLHF's own training forward (`capture_token_entropy`
@@ -39,9 +41,13 @@ class CopoPolicyLoss(torch.nn.Module):
     """Wraps the trainer's PolicyLoss. The trainer's `training_step` hands it the micro-batch's
     per-sample ``w_global * A_global`` (``global_advantages``) right before the loss call."""
 
-    def __init__(self, base: torch.nn.Module, token_advantage: Optional[Callable] = None) -> None:
+    def __init__(self, base: torch.nn.Module, token_advantage: Optional[Callable] = None,
+                 push_metrics: bool = False) -> None:
         super().__init__()
         self.base = base
+        #: Log each term's push on the sampled tokens (`pushes`: two more PolicyLoss evaluations and two elementwise
+        #: backwards per micro-batch): `--copo.push_metrics`.
+        self.push_metrics = push_metrics
         self.global_advantages: Optional[torch.Tensor] = None
         #: ``(coef [N], token_entropy [N, T], mask [N, T]) -> advantage [N, T]`` of the mode's second term, or None
         self.token_advantage = token_advantage
@@ -79,28 +85,43 @@ class CopoPolicyLoss(torch.nn.Module):
             global_adv = self.token_advantage(g.reshape(-1), entropy, mask).to(advantages.dtype)
         local = self.base(log_probs, old_log_probs, advantages, action_mask=action_mask, **kwargs)
         glob = self.base(log_probs, old_log_probs, global_adv, action_mask=action_mask, **kwargs)
-        own = {k: v for k, v in kwargs.items() if k not in STEP_NORMALIZERS}
-        if kwargs.get("batch_num_tokens") is not None or kwargs.get("global_batch_size") is not None:
-            # The returned terms are divided by the whole optimizer step's token (sample) count, so that
-            # the micro-batches sum to one mean. Logged with OpenRLHF's token (sample) weights, such a term
-            # would come out as a weighted mean of partial sums: it depends on how the shuffle pairs
-            # responses into micro-batches and on the number of ranks. The logged terms are this
-            # micro-batch's own means instead; weighted by its token (sample) count they add up to the
-            # step's exact mean, for any micro-batching and any number of ranks.
-            with torch.no_grad():
-                local_mean = self.base(log_probs, old_log_probs, advantages, action_mask=action_mask, **own)[0]
-                global_mean = self.base(log_probs, old_log_probs, global_adv, action_mask=action_mask, **own)[0]
-        else:
-            local_mean, global_mean = local[0], glob[0]
+        # The returned terms are divided by the whole optimizer step's token (sample) count, so that the micro-batches
+        # sum to one mean. Logged with OpenRLHF's token (sample) weights, such a term would come out as a weighted mean
+        # of partial sums: it depends on how the shuffle pairs responses into micro-batches and on the number of
+        # ranks. The logged terms are this micro-batch's own means instead (`own_mean`); weighted by its token
+        # (sample) count they add up to the step's exact mean, for any micro-batching and any number of ranks.
+        to_own_mean = self.own_mean_factor(advantages, action_mask, kwargs)
         w = self.term_weight
-        self.last_terms = {LOSS_LOCAL: (local_mean.detach(), w), LOSS_GLOBAL: (global_mean.detach(), w),
-                           CLIP_RATIO_GLOBAL: (glob[1].detach(), "token"),
-                           **self.pushes(log_probs, old_log_probs, advantages, global_adv, action_mask, own)}
+        self.last_terms = {LOSS_LOCAL: (local[0].detach() * to_own_mean, w),
+                           LOSS_GLOBAL: (glob[0].detach() * to_own_mean, w),
+                           CLIP_RATIO_GLOBAL: (glob[1].detach(), "token")}
+        if self.push_metrics:
+            own = {k: v for k, v in kwargs.items() if k not in STEP_NORMALIZERS}
+            self.last_terms.update(self.pushes(log_probs, old_log_probs, advantages, global_adv, action_mask, own))
         # PPO-KL and IS statistics are the local term's (same ratio in both terms). So is the clip ratio, unless
         # the micro-batch has no local term at all (GO-Only, all-incorrect prompts under zero control): then the
-        # global term's, so that OpenRLHF's ppo_clip_ratio does not read 0 while the global term is clipped.
-        clip_ratio = local[1] if bool((advantages != 0).any()) else glob[1]
+        # global term's, so that OpenRLHF's ppo_clip_ratio does not read 0 while the global term is clipped. Chosen
+        # on the device, without a host sync.
+        clip_ratio = torch.where((advantages != 0).any(), local[1], glob[1])
         return (local[0] + glob[0], clip_ratio) + tuple(local[2:])
+
+    def own_mean_factor(self, advantages, action_mask, kwargs) -> torch.Tensor:
+        """What turns a term as PolicyLoss returns it under the step's normalizers (`aggregate_loss`: the masked
+        sum / batch_num_tokens * dp_size, or the sum of sequence means / global_batch_size * dp_size) into this
+        micro-batch's own mean (the masked sum / its tokens, or the sum of sequence means / its sequences): a
+        factor, so the mean costs no further PolicyLoss evaluation. 1 when no step normalizer is given."""
+        mask = torch.ones_like(advantages) if action_mask is None else action_mask
+        if self.term_weight == "token":
+            step = kwargs.get("batch_num_tokens")
+            own = mask.sum()
+        else:
+            step = kwargs.get("global_batch_size")
+            own = (mask.sum(-1) > 0).sum()
+        if step is None:
+            return torch.ones((), device=advantages.device)
+        dp_size = kwargs.get("dp_size", 1)
+        return torch.as_tensor(step, device=advantages.device, dtype=torch.float32) / (
+            dp_size * own.clamp(min=1).to(torch.float32))
 
     def pushes(self, log_probs, old_log_probs, local_adv, global_adv, action_mask, kwargs) -> Dict[str, tuple]:
         """Token means of push_local^2, push_global^2 and push_local * push_global over the micro-batch's action

@@ -96,7 +96,8 @@ def _check_labels(path: str, labels: List[Tuple[int, str]]) -> None:
 def preflight(args) -> None:
     """Raise `PreflightError` for the first bad input of this run."""
     check_model(args)
-    parse = is_copo(args) and bool(args.reward.remote_url)
+    # labels must parse for a reward file of ours; an agent function (remote_url 'agent') scores its own way
+    parse = is_copo(args) and bool(args.reward.remote_url) and not getattr(args.train, "agent_func_path", None)
     check_dataset("--data.prompt_dataset", args.data.prompt_dataset, args.data.input_key, args.data.label_key, parse)
     if getattr(args.eval, "dataset", None):
         check_dataset("--eval.dataset", args.eval.dataset, args.data.input_key, args.data.label_key, parse)

@@ -26,10 +26,10 @@ from openrlhf_copo.contract import CPU_ENV, RAY_WORKER_SETUP_HOOK
 
 #: Module -> the function of `openrlhf_copo.openrlhf_ext.runtime_patches` that patches it once it is loaded.
 POST_IMPORT_PATCHES = {
-    "openrlhf.trainer.ppo_utils.experience_maker": "patch_experience_maker",
-    "openrlhf.trainer.ray.ppo_actor": "patch_ppo_actor",
-    "openrlhf.trainer.ppo_trainer": "patch_ppo_trainer",
-    "openrlhf.utils.agent": "patch_agent",
+    "openrlhf.trainer.ppo_utils.experience_maker": "install_experience_maker",
+    "openrlhf.trainer.ray.ppo_actor": "install_ppo_actor",
+    "openrlhf.trainer.ppo_trainer": "install_ppo_trainer",
+    "openrlhf.utils.agent": "install_agent",
 }
 
 

@@ -63,7 +63,7 @@ def test_each_terms_push_on_the_sampled_tokens():
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     logp = torch.full((2, 3), -0.7, requires_grad=True)
     local = torch.tensor([[1.0], [-2.0]]).expand(2, 3) * mask
-    loss = CopoPolicyLoss(PolicyLoss())
+    loss = CopoPolicyLoss(PolicyLoss(), push_metrics=True)
     loss.global_advantages = torch.tensor([-0.5, -0.5])
     loss(logp, logp.detach(), local, action_mask=mask, dp_size=1, batch_num_tokens=mask.sum(),
          global_batch_size=torch.tensor(2.0))
@@ -71,3 +71,42 @@ def test_each_terms_push_on_the_sampled_tokens():
     assert got == pytest.approx({"copo_push_local_sq": 2.8, "copo_push_global_sq": 0.25, "copo_push_dot": 0.4})
     assert {loss.last_terms[k][1] for k in got} == {"token"}
     assert logp.grad is None  # measured on a copy: the model's gradient is untouched
+
+
+def test_pushes_are_off_by_default_and_the_loss_is_the_same_either_way():
+    """Without --copo.push_metrics the loss logs its two terms and the global clip ratio only, and returns exactly
+    what it returns with the pushes on (they are measured on a detached copy)."""
+    logp, old, local, weighted_global, mask = micro_batches()
+    total = {"dp_size": 1, "batch_num_tokens": mask.sum(), "global_batch_size": torch.tensor(8.0)}
+    out = {}
+    for push in (False, True):
+        loss = CopoPolicyLoss(PolicyLoss(), push_metrics=push)
+        loss.global_advantages = weighted_global
+        x = logp.clone().requires_grad_(True)
+        returned = loss(x, old, local, action_mask=mask, **total)
+        returned[0].backward()
+        out[push] = (returned[0].item(), returned[1].item(), x.grad.clone(), set(loss.last_terms))
+    assert out[False][3] == {"copo_loss_local", "copo_loss_global", "copo_clip_ratio_global"}
+    assert out[True][3] == out[False][3] | {"copo_push_local_sq", "copo_push_global_sq", "copo_push_dot"}
+    assert out[False][:2] == out[True][:2]
+    assert torch.equal(out[False][2], out[True][2])
+
+
+def test_the_clip_ratio_is_chosen_without_a_host_sync(monkeypatch):
+    """The clip ratio is the global term's in a micro-batch with no local term (GO-Only), the local term's otherwise,
+    chosen on the device: a `bool()` of a tensor (a host sync on a GPU) anywhere in the loss fails here."""
+    logp, old, local, weighted_global, mask = micro_batches()
+
+    def no_sync(self):
+        raise AssertionError("host sync: bool() of a tensor in the loss")
+
+    for advantages, term in ((local, 0), (torch.zeros_like(local), 1)):
+        loss = CopoPolicyLoss(PolicyLoss(clip_eps_low=0.05, clip_eps_high=0.05))
+        loss.global_advantages = weighted_global
+        with monkeypatch.context() as m:
+            m.setattr(torch.Tensor, "__bool__", no_sync)
+            clip_ratio = loss(logp, old, advantages, action_mask=mask)[1]
+        expected = PolicyLoss(clip_eps_low=0.05, clip_eps_high=0.05)(
+            logp, old, advantages if term == 0 else weighted_global.view(-1, 1).expand_as(mask) * mask,
+            action_mask=mask)[1]
+        assert clip_ratio.item() == pytest.approx(expected.item()) and expected.item() > 0

@@ -67,6 +67,27 @@ def test_missing_global_advantages_fail_loudly(load_args, tiny_model_dir):
         trainer.training_step(exp, kl_ctl=0.0, step=0)
 
 
+def test_a_training_step_that_bypasses_the_loss_fails_loudly(load_args, tiny_model_dir):
+    """The global advantages reach the loss only through the call of trainer.actor_loss_fn: a training step that
+    returns without that call (a step computing its loss some other way) would drop COPO's global term without a
+    word, and log the previous micro-batch's terms. It must stop instead."""
+    from openrlhf_copo.openrlhf_ext.runtime_patches import after_training_step, before_training_step
+
+    args = load_args(copo_argv(model=tiny_model_dir))
+    _, trainer = build_trainer(args)
+    exp = micro_batch(args, trainer, MIXED_REWARDS, MIXED_IDS, old_logprob_shift=0.0)
+    status = trainer.training_step(exp, kl_ctl=0.0, step=0)  # through the loss: the terms are logged
+    assert status["metrics"]["copo_loss_global"].item() != 0
+
+    before_training_step(trainer, exp)  # what the patched step does first ...
+    assert trainer.actor_loss_fn.last_terms is None  # ... the last step's terms are gone
+    bypassed = {"metrics": {"policy_loss": torch.tensor(0.0)}, "weights": {}}  # a step that never called the loss
+    with pytest.raises(RuntimeError, match="without calling the actor loss .* global term would vanish"):
+        after_training_step(trainer, bypassed)
+    assert "copo_loss_global" not in bypassed["metrics"]  # nothing stale was logged
+    assert trainer.actor_loss_fn.global_advantages is None  # and nothing leaks into the next micro-batch
+
+
 def test_a_mode_registered_outside_core_reaches_the_cli_and_trains(load_args, tiny_model_dir):
     """A new method is one registered function: it is an --advantage_estimator value and a --copo.mode choice
     (read when the parser is built, not frozen when core was imported), and the real training step runs it."""

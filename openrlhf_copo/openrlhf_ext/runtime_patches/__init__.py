@@ -15,46 +15,123 @@ patch  module         what it changes in OpenRLHF 0.11.2                  why
  9     rollout        SamplesGenerator._dispatch_prompts_to_vllm          the tokenizer travels as its path
 10     prompt_order   prepare_datasets                                    the prompts' order comes from --train.seed
 
-Patches 1-3 make COPO (each a no-op unless the run's estimator is one of COPO's); 4-10 serve logging, evaluation,
-rollout speed and reproducibility, for any estimator. `versions` holds the openrlhf versions and signatures they
-were written against, and the checks that refuse others. Each module's docstring says what its patches change and
+Patches 1-3 make COPO; 4-10 serve logging, evaluation, rollout speed and reproducibility. Which of them a run's
+workers install is the driver's decision (`patches_for`, handed to the workers in `contract.PATCHES_ENV`): a COPO
+run gets all ten; a run of any other estimator gets OpenRLHF's own functions wherever a patch would change what it
+does, and only the patches that add to its logs (1: our reward's id labels out of the logs; 5: mean@k, maj@k; 7:
+each response's engine, as a label) unless a `--copo.*` flag asks for one (`--copo.same_pipeline`: all of 4-10, so
+that a baseline runs through the same pipeline as the COPO run it is compared with). `versions` holds the openrlhf
+versions and every symbol the patches touch, and the checks that refuse others. Each module's docstring says what its patches change and
 why; each is tested by the test module of the same name under tests/openrlhf_ext/runtime_patches/.
 
 A monkeypatch made in the driver never reaches Ray actor processes, where these classes run.
 `worker_hook.ray_worker_setup` is therefore registered as Ray's `worker_process_setup_hook` (see
-`openrlhf_copo.cli.train_ppo_ray`): in every worker it arranges for the four `patch_*` functions below to run
-when the actor first imports the OpenRLHF module each one patches. The driver and tests call `apply()` (patches
+`openrlhf_copo.cli.train_ppo_ray`): in every worker it arranges for the four `install_*` functions below to run
+when the actor first imports the OpenRLHF module each one patches; each installs the patches the driver enabled. The driver and tests call `apply()` (patches
 1-3); a fork carrying patches/ calls the glue functions of `copo` from its own source, and the run-time patches
 then stand aside.
 """
 
 from __future__ import annotations
 
+import os
+from typing import FrozenSet
+
+from openrlhf_copo.contract import PATCHES_ENV
 from openrlhf_copo.openrlhf_ext.runtime_patches import evaluation, metrics_file, prompt_order, rollout
 from openrlhf_copo.openrlhf_ext.runtime_patches.copo import (after_training_step, apply, before_training_step,
                                                      copo_advantages_or_none, is_applied, patch_experience_maker,
                                                      patch_ppo_actor, wrap_actor_loss)
 from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import patch_agent
 from openrlhf_copo.openrlhf_ext.runtime_patches.versions import (SUPPORTED_OPENRLHF, OpenRLHFVersionError, check_openrlhf,
-                                                         check_signature, check_version)
+                                                         check_symbol, check_version)
 
 __all__ = [
-    # what the worker hook installs, one function per OpenRLHF module (`worker_hook.POST_IMPORT_PATCHES`)
-    "patch_experience_maker", "patch_ppo_actor", "patch_ppo_trainer", "patch_agent",
+    # what the worker hook calls, one function per OpenRLHF module (`worker_hook.POST_IMPORT_PATCHES`)
+    "install_experience_maker", "install_ppo_actor", "install_ppo_trainer", "install_agent",
     # the driver's and the tests' entry points
-    "apply", "is_applied", "check_openrlhf", "check_version", "check_signature", "OpenRLHFVersionError",
+    "apply", "is_applied", "check_openrlhf", "check_version", "check_symbol", "OpenRLHFVersionError",
+    "patches_for", "patches_env", "enabled_patches", "ALL_PATCHES", "LOG_ONLY_PATCHES",
     "SUPPORTED_OPENRLHF",
     # the glue a fork carrying patches/ calls
     "copo_advantages_or_none", "wrap_actor_loss", "before_training_step", "after_training_step",
 ]
 
 
-def patch_ppo_trainer(module) -> None:
-    """Patches 4-6 and 8-10 into a loaded `openrlhf.trainer.ppo_trainer` (Ray workers only: see
+ALL_PATCHES: FrozenSet[int] = frozenset(range(1, 11))
+#: What a run of a non-COPO estimator gets with no `--copo.*` flag: the patches that only add to its logs.
+LOG_ONLY_PATCHES: FrozenSet[int] = frozenset({1, 5, 7})
+
+
+def patches_for(args) -> FrozenSet[int]:
+    """The run-time patches the run's workers install (the driver decides; `contract.PATCHES_ENV` carries it).
+
+    Every patch for COPO's estimators. For any other, OpenRLHF's own functions, except the patches that only add to
+    its logs (`LOG_ONLY_PATCHES`: 1 drops our reward file's id labels before OpenRLHF averages them into the logs,
+    and calls OpenRLHF's own advantage code; 5 adds mean@k / maj@k to the evaluation's logs; 7 tags each response
+    with its engine and, only under --copo.seeded_rollouts, seeds it) and those a flag asks for."""
+    from openrlhf_copo.openrlhf_ext.config import is_copo
+
+    copo = args.copo
+    if is_copo(args):
+        return ALL_PATCHES
+    if copo.same_pipeline:
+        return LOG_ONLY_PATCHES | {4, 6, 8, 9, 10}
+    wanted = set(LOG_ONLY_PATCHES)
+    if copo.metrics_file or copo.eval_after_train:
+        wanted.add(4)
+    if copo.eval_before_train or copo.eval_after_train:
+        wanted.add(6)
+    if copo.eval_greedy or copo.eval_sampled_prompts:
+        wanted.add(8)
+    return frozenset(wanted)
+
+
+def patches_env(patches) -> str:
+    """``patches`` as `contract.PATCHES_ENV` carries them."""
+    return ",".join(str(p) for p in sorted(patches))
+
+
+def enabled_patches() -> FrozenSet[int]:
+    """The patches this worker installs: as the driver decided (`contract.PATCHES_ENV`), or all when it is unset (a
+    test, or a process that our driver did not start)."""
+    value = os.environ.get(PATCHES_ENV)
+    if value is None:
+        return ALL_PATCHES
+    return frozenset(int(p) for p in value.split(",") if p.strip())
+
+
+def install_experience_maker(module) -> None:
+    """Patch 1, if enabled, into a loaded `openrlhf.trainer.ppo_utils.experience_maker` (the worker hook)."""
+    if 1 in enabled_patches():
+        patch_experience_maker(module)
+
+
+def install_ppo_actor(module) -> None:
+    """Patches 2 and 3, if enabled, into a loaded `openrlhf.trainer.ray.ppo_actor` (the worker hook)."""
+    if {2, 3} <= enabled_patches():
+        patch_ppo_actor(module)
+
+
+def install_agent(module) -> None:
+    """Patch 7, if enabled, into a loaded `openrlhf.utils.agent` (the worker hook)."""
+    if 7 in enabled_patches():
+        patch_agent(module)
+
+
+def install_ppo_trainer(module) -> None:
+    """Patches 4-6 and 8-10, those enabled, into a loaded `openrlhf.trainer.ppo_trainer` (Ray workers only: see
     `metrics_file.apply_metrics_file`). ``module`` is that module; each patch imports what it patches."""
-    metrics_file.apply_metrics_file(after_logging=evaluation.evaluate_if_prompts_ran_out)
-    evaluation.apply_eval_majority()
-    evaluation.apply_eval_before_train()
-    evaluation.apply_eval_generation()
-    rollout.apply_tokenizer_by_path()
-    prompt_order.apply_seeded_prompt_order()
+    enabled = enabled_patches()
+    if 4 in enabled:
+        metrics_file.apply_metrics_file(after_logging=evaluation.evaluate_if_prompts_ran_out)
+    if 5 in enabled:
+        evaluation.apply_eval_majority()
+    if 6 in enabled:
+        evaluation.apply_eval_before_train()
+    if 8 in enabled:
+        evaluation.apply_eval_generation()
+    if 9 in enabled:
+        rollout.apply_tokenizer_by_path()
+    if 10 in enabled:
+        prompt_order.apply_seeded_prompt_order()

@@ -18,9 +18,7 @@ import functools
 
 from openrlhf_copo.contract import ID_LABELS, WEIGHTED_GLOBAL_ADV, info_tensor
 from openrlhf_copo.openrlhf_ext.config import is_copo
-from openrlhf_copo.openrlhf_ext.runtime_patches.versions import (EXPECTED_ADVANTAGES, EXPECTED_POLICY_LOSS,
-                                                         EXPECTED_TRAINING_STEP, PATCHED_ATTR, check_openrlhf,
-                                                         check_signature, check_version)
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_openrlhf, check_symbol, check_version
 
 
 def copo_advantages_or_none(maker, experiences):
@@ -48,7 +46,8 @@ def wrap_actor_loss(trainer) -> None:
 
     if is_copo(trainer.args) and not isinstance(trainer.actor_loss_fn, CopoPolicyLoss):
         token_advantage = mode_info(resolve_mode(trainer.args)).token_advantage
-        trainer.actor_loss_fn = CopoPolicyLoss(trainer.actor_loss_fn, token_advantage)
+        trainer.actor_loss_fn = CopoPolicyLoss(trainer.actor_loss_fn, token_advantage,
+                                               push_metrics=bool(getattr(trainer.args.copo, "push_metrics", False)))
         if token_advantage is not None:
             capture_token_entropy(trainer.actor, trainer.actor_loss_fn)
 
@@ -58,6 +57,7 @@ def before_training_step(trainer, experience) -> None:
     from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
 
     if isinstance(trainer.actor_loss_fn, CopoPolicyLoss):
+        trainer.actor_loss_fn.last_terms = None  # this step logs its own terms or none, never the last step's
         g = experience.info.get(WEIGHTED_GLOBAL_ADV)
         if g is None:
             raise RuntimeError(f"COPO: micro-batch without info['{WEIGHTED_GLOBAL_ADV}'] (not made by the COPO advantage step)")
@@ -65,15 +65,27 @@ def before_training_step(trainer, experience) -> None:
 
 
 def after_training_step(trainer, status: dict) -> dict:
-    """At the end of `ActorPPOTrainer.training_step`: log the two loss terms and their pushes (`CopoPolicyLoss`)."""
+    """At the end of `ActorPPOTrainer.training_step`: log the two loss terms and their pushes (`CopoPolicyLoss`).
+
+    Raises when the step never called the loss: the global advantages handed to it by `before_training_step` are
+    still there, so COPO's global term would have vanished from this micro-batch's update without a word (a
+    training step that computes its loss some other way, an OpenRLHF that moved the call)."""
     from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
 
     loss = trainer.actor_loss_fn
-    if isinstance(loss, CopoPolicyLoss) and loss.last_terms is not None:
-        # micro-batch means, each with the weight that makes ppo_train's average the step's exact mean
-        for name, (value, weight) in loss.last_terms.items():
-            status["metrics"][name] = value
-            status["weights"][name] = weight
+    if not isinstance(loss, CopoPolicyLoss):
+        return status
+    if loss.global_advantages is not None or loss.last_terms is None:
+        loss.global_advantages = None
+        raise RuntimeError(
+            "COPO: ActorPPOTrainer.training_step returned without calling the actor loss (trainer.actor_loss_fn), so "
+            f"this micro-batch's global advantages (info['{WEIGHTED_GLOBAL_ADV}']) were never used and COPO's global "
+            "term would vanish from the update; the training step no longer goes through the loss this package wraps "
+            "(openrlhf_copo/openrlhf_ext/runtime_patches/copo.py)")
+    # micro-batch means, each with the weight that makes ppo_train's average the step's exact mean
+    for name, (value, weight) in loss.last_terms.items():
+        status["metrics"][name] = value
+        status["weights"][name] = weight
     return status
 
 
@@ -85,7 +97,7 @@ def patch_experience_maker(module) -> bool:
     if getattr(cls, PATCHED_ATTR, False):
         return False
     check_version()
-    check_signature(cls, "compute_advantages_and_returns", EXPECTED_ADVANTAGES)
+    check_symbol(module.__name__, "RemoteExperienceMaker.compute_advantages_and_returns")
     original_advantages = cls.compute_advantages_and_returns
 
     @functools.wraps(original_advantages)
@@ -100,14 +112,12 @@ def patch_experience_maker(module) -> bool:
 
 def patch_ppo_actor(module) -> bool:
     """Patches 2 and 3 into a loaded `openrlhf.trainer.ray.ppo_actor`. Returns True if newly applied."""
-    from openrlhf.models import PolicyLoss
-
     cls = module.ActorPPOTrainer
     if getattr(cls, PATCHED_ATTR, False):
         return False
     check_version()
-    check_signature(cls, "training_step", EXPECTED_TRAINING_STEP)
-    check_signature(PolicyLoss, "forward", EXPECTED_POLICY_LOSS)
+    check_symbol(module.__name__, "ActorPPOTrainer.training_step")
+    check_symbol("openrlhf.models", "PolicyLoss.forward")
     original_init = cls.__init__
     original_step = cls.training_step
 

@@ -19,7 +19,7 @@ import time
 
 from openrlhf_copo.contract import ANSWER_ID, sample_correct, sample_outcome
 from openrlhf_copo.openrlhf_ext.runtime_patches.metrics_file import append_metrics, last_step
-from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
 
 
 #: What patch 8 hands patch 5 about the evaluation under way: its greedy samples (`evaluate` hands
@@ -37,6 +37,7 @@ def apply_eval_majority() -> None:
     original = ppo_trainer.compute_eval_metrics
     if getattr(original, PATCHED_ATTR, False):
         return
+    check_symbol("openrlhf.trainer.ppo_trainer", "compute_eval_metrics")
 
     @functools.wraps(original)
     def compute_eval_metrics(eval_dataloader, samples_list, n_samples_per_prompt):
@@ -115,6 +116,9 @@ def apply_eval_generation() -> None:
     original = SamplesGenerator.generate_eval_samples
     if getattr(original, PATCHED_ATTR, False):
         return
+    for name in ("SamplesGenerator.generate_eval_samples", "SamplesGenerator._generate_vllm"):  # called positionally
+        check_symbol("openrlhf.trainer.ppo_utils.samples_generator", name)
+    check_symbol("openrlhf.trainer.ray.vllm_engine", "batch_vllm_engine_call")
 
     @functools.wraps(original)
     def generate_eval_samples(self, **generate_kwargs):
@@ -158,6 +162,9 @@ def apply_eval_before_train() -> None:
     original = BasePPOTrainer.init_checkpoint_states
     if getattr(original, PATCHED_ATTR, False):
         return
+    check_symbol("openrlhf.trainer.ppo_trainer", "BasePPOTrainer.init_checkpoint_states")
+    check_symbol("openrlhf.trainer.ppo_trainer", "PPOTrainer.evaluate")
+    check_symbol("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator.generate_samples")
 
     @functools.wraps(original)
     def init_checkpoint_states(self):

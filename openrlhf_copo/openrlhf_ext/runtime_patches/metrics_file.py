@@ -17,7 +17,7 @@ import time
 from typing import Callable, Optional
 
 from openrlhf_copo.contract import PROMPTS_CONSUMED
-from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
 
 
 #: The step the trainer last logged (patch 4) or is about to start from (patch 6): OpenRLHF's `evaluate`
@@ -39,6 +39,7 @@ def apply_metrics_file(after_logging: Callable[[object], None] = lambda trainer:
 
     if getattr(BasePPOTrainer, PATCHED_ATTR, False):
         return
+    check_symbol("openrlhf.trainer.ppo_trainer", "BasePPOTrainer.save_logs_and_checkpoints")
     original_save = BasePPOTrainer.save_logs_and_checkpoints
 
     @functools.wraps(original_save)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
 
 
 def seed_prompt_order(prompts_dataloader, seed: int) -> None:
@@ -34,6 +34,7 @@ def apply_seeded_prompt_order() -> None:
     original = ppo_trainer.prepare_datasets
     if getattr(original, PATCHED_ATTR, False):
         return
+    check_symbol("openrlhf.trainer.ppo_trainer", "prepare_datasets")
 
     @functools.wraps(original)
     def prepare_datasets(strategy, tokenizer):

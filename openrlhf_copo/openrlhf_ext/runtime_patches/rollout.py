@@ -15,12 +15,14 @@ import hashlib
 import os
 
 from openrlhf_copo.contract import ROLLOUT_ENGINE_SEED, ROLLOUT_SEED_ENV
-from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
 
 
 def patch_agent(module) -> None:
     """Patch 7 into a loaded `openrlhf.utils.agent` (vLLM engine actors): every response's `extra_logs`
     gets ROLLOUT_ENGINE_SEED, the seed of the engine that sampled it (engine i has --train.seed + i)."""
+    for name in ("SingleTurnAgentExecutor.execute", "MultiTurnAgentExecutor.execute"):
+        check_symbol(module.__name__, name)  # the engine is read as the sixth argument when not given by keyword
     for cls in (module.SingleTurnAgentExecutor, module.MultiTurnAgentExecutor):
         original = cls.__dict__["execute"]
         if getattr(original, PATCHED_ATTR, False):
@@ -126,6 +128,7 @@ def apply_tokenizer_by_path() -> None:
     original = SamplesGenerator._dispatch_prompts_to_vllm
     if getattr(original, PATCHED_ATTR, False):
         return
+    check_symbol("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._dispatch_prompts_to_vllm")
 
     @functools.wraps(original)
     def _dispatch_prompts_to_vllm(self, *args, **kwargs):
