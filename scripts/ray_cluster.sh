@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A two-node Ray cluster on this one machine, both nodes on 127.0.0.1, for running COPO the way a
 # cluster runs it (`ray job submit`) without a cluster. Each node has its own raylet, object store and
-# logical GPU slots (Ray's GPU resource is a counter here: the CPU path touches no CUDA).
+# logical GPU slots (Ray's GPU resource is a counter here: the CPU path touches no CUDA), each node marking them
+# with the custom resource `logical_gpu` (as many as its GPU slots), from which `--copo.device auto` decides the
+# CPU path (openrlhf_copo/openrlhf_ext/device.py).
 #
 #   scripts/ray_cluster.sh start     # head (3 GPU slots) + a second node (2 GPU slots); prints RAY_ADDRESS
 #   scripts/ray_cluster.sh status    # `ray status` of this cluster
@@ -73,9 +75,11 @@ case "${1:-}" in
     # machine one missed that and the head failed. Allow 3 minutes.
     export RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=${RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT:-180}
     common=(--node-ip-address 127.0.0.1 --num-cpus "$CPUS" --disable-usage-stats --temp-dir "$DIR")
-    start_node head --head --port "$PORT" --num-gpus "$HEAD_GPUS" "${common[@]}" \
+    start_node head --head --port "$PORT" --num-gpus "$HEAD_GPUS" --resources "{\"logical_gpu\": $HEAD_GPUS}" \
+      "${common[@]}" \
       --include-dashboard true --dashboard-host 127.0.0.1 --dashboard-port "$DASHBOARD_PORT"
-    start_node worker --address "127.0.0.1:$PORT" --num-gpus "$WORKER_GPUS" "${common[@]}"
+    start_node worker --address "127.0.0.1:$PORT" --num-gpus "$WORKER_GPUS" --resources "{\"logical_gpu\": $WORKER_GPUS}" \
+      "${common[@]}"
     echo "ray_cluster.sh: 2 nodes on 127.0.0.1 ($HEAD_GPUS + $WORKER_GPUS GPU slots, $CPUS CPUs each), logs in $DIR"
     echo "export RAY_ADDRESS=http://127.0.0.1:$DASHBOARD_PORT"
     ;;

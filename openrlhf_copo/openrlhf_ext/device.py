@@ -5,14 +5,18 @@ Slurm+Ray or any cluster with a CPU-only head or login node that node has no GPU
 So `auto` asks where the actors will run:
 
 - no cluster to join (no `RAY_ADDRESS`; OpenRLHF then starts Ray on this machine): this machine's CUDA;
-- a cluster to join (`RAY_ADDRESS`, which `ray job submit` sets for its driver): the cluster. One task on one GPU
-  slot (after Ray narrowed `CUDA_VISIBLE_DEVICES` to that slot, as it does for OpenRLHF's actors) reports whether
-  it sees CUDA; its worker process exits afterwards (`max_calls=1`), so no CUDA state outlives it. It is asked
-  from a short-lived child process (`probe_cluster`), so the driver itself joins the cluster only once.
+- a cluster to join (`RAY_ADDRESS`, which `ray job submit` sets for its driver): what the cluster declares. A
+  CPU node offers logical GPU slots (`ray start --num-gpus N`) and marks them with the custom resource
+  `LOGICAL_GPU_RESOURCE` (`--resources '{"logical_gpu": N}'`: `scripts/ray_cluster.sh` does, and the CPU-cluster
+  recipe in docs/cpu-path.md); a cluster whose GPU slots are all marked takes the CPU path, one with GPU slots and no
+  mark is CUDA, and one that marks only some of its slots is refused (say `--copo.device`). The resources are read
+  from a short-lived child process (`cluster_slots`), so the driver itself joins the cluster only once, and nothing
+  waits for a GPU slot: a job submitted while another holds every GPU queues in OpenRLHF's placement, as it would
+  without us.
 
-`cuda` and `cpu` say it outright (`cuda` is for a cluster the probe cannot reach or a GPU slot it cannot get). The
-decision is printed in one line with its reason, and every CPU-path refusal and adaptation follows it: on the
-CUDA path nothing of the CPU path is exported (`driver.after_parse`, `driver.ray_init_kwargs`).
+`cuda` and `cpu` say it outright. The decision is printed in one line with its reason, and every CPU-path refusal
+and adaptation follows it: on the CUDA path nothing of the CPU path is exported (`driver.after_parse`,
+`driver.ray_init_kwargs`).
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from typing import Callable, Optional
 #: `--copo.device` values.
 DEVICES = ("auto", "cuda", "cpu")
 CUDA, CPU = "cuda", "cpu"
-#: How long the probe waits for a GPU slot of the cluster (the slots may be held by another job).
-PROBE_TIMEOUT_S = 120.0
+#: The custom Ray resource that marks a node's GPU slots as logical (no CUDA behind them: the CPU path).
+LOGICAL_GPU_RESOURCE = "logical_gpu"
+#: How long reading the cluster's resources may take (joining it from a child process, reading, leaving).
+READ_TIMEOUT_S = 120.0
 
 
 class DeviceError(RuntimeError):
@@ -34,12 +40,11 @@ class DeviceError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class ProbeAnswer:
-    """What the task on one GPU slot of the cluster saw."""
+class ClusterSlots:
+    """What the cluster declares: its GPU slots, and how many of them are marked logical (`LOGICAL_GPU_RESOURCE`)."""
 
-    cuda: bool
-    devices: int
-    node: str
+    gpus: float
+    logical: float
 
 
 @dataclass(frozen=True)
@@ -68,71 +73,48 @@ def cluster_address() -> Optional[str]:
     return os.environ.get("RAY_ADDRESS") or None
 
 
-def _sees_cuda() -> tuple:
-    # Runs in a Ray worker on a GPU slot: CUDA as the actors there will see it (after Ray's narrowing).
-    import socket
+def cluster_slots(address: str, timeout_s: float = READ_TIMEOUT_S) -> ClusterSlots:
+    """The GPU slots the Ray cluster at ``address`` declares, and how many are marked logical. Raises `DeviceError`
+    when it cannot be read.
 
-    import torch
-
-    return torch.cuda.is_available(), torch.cuda.device_count(), socket.gethostname()
-
-
-def probe_cluster(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> ProbeAnswer:
-    """Ask one GPU slot of the cluster at ``address`` whether it sees CUDA. Raises `DeviceError` when the cluster has
-    no GPU slot, none comes free within ``timeout_s``, or it cannot be asked.
-
-    Asked from a child process, a Ray driver of its own, so that this driver connects once, with OpenRLHF's
-    `ray.init` and the run's runtime env. (A first version connected here, asked, and disconnected: under `ray job
-    submit` with a working dir, that disconnection let Ray delete the unpacked working dir, the driver's own
-    current directory, before OpenRLHF's `ray.init`.) The child is no part of the submitted job: it carries neither
-    its runtime env nor its working dir, and its task runs in the cluster's own Python environment."""
+    Read from a child process, a Ray driver of its own, so that this driver connects once, with OpenRLHF's
+    `ray.init` and the run's runtime env. (A first version connected here and disconnected: under `ray job submit`
+    with a working dir, that disconnection let Ray delete the unpacked working dir, the driver's own current
+    directory, before OpenRLHF's `ray.init`.) Nothing is scheduled: the resources are the cluster's declaration, so
+    the answer does not wait for a free GPU."""
     import subprocess
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "RAY_JOB_CONFIG_JSON_ENV_VAR"}
     try:
-        out = subprocess.run([sys.executable, "-m", __name__, address, str(timeout_s)], capture_output=True,
-                             text=True, env=env, timeout=timeout_s + 120)
+        out = subprocess.run([sys.executable, "-m", __name__, address], capture_output=True, text=True, env=env,
+                             timeout=timeout_s)
     except subprocess.TimeoutExpired:
         out = None
     if out is not None and out.returncode == 0 and out.stdout.strip():
-        reply = json.loads(out.stdout.strip().splitlines()[-1])
-        if "error" in reply:
-            raise DeviceError(reply["error"])
-        return ProbeAnswer(**reply)
+        return ClusterSlots(**json.loads(out.stdout.strip().splitlines()[-1]))
     why = (out.stderr.strip().splitlines() or ["no output"])[-1] if out is not None else "it did not answer in time"
-    raise DeviceError(f"could not ask the Ray cluster at {address} whether its GPU slots see CUDA ({why[:300]}): say "
+    raise DeviceError(f"could not read the resources of the Ray cluster at {address} ({why[:300]}): say "
                       "--copo.device cuda (GPU nodes) or --copo.device cpu")
 
 
-def _probe_here(address: str, timeout_s: float) -> dict:
-    """The child's part of `probe_cluster`: join, ask one GPU slot, leave."""
+def _read_here(address: str) -> dict:
+    """The child's part of `cluster_slots`: join, read the declared resources, leave."""
     import ray
 
     ray.init(address=address, log_to_driver=False, logging_level="ERROR")
     try:
-        if ray.cluster_resources().get("GPU", 0) < 1:
-            return {"error": f"the Ray cluster at {address} has no GPU resource, and OpenRLHF places every rank and "
-                             "vLLM engine on a GPU slot: start its GPU nodes with their GPUs, or CPU-only nodes with "
-                             "`ray start --num-gpus N` (logical slots, the CPU path; scripts/ray_cluster.sh)"}
-        # A hundredth of a slot: beside any fractional (colocated) user, and Ray still narrows CUDA_VISIBLE_DEVICES.
-        task = ray.remote(num_gpus=0.01, num_cpus=0, max_calls=1)(_sees_cuda).remote()
-        try:
-            cuda, devices, node = ray.get(task, timeout=timeout_s)
-        except ray.exceptions.GetTimeoutError:
-            ray.cancel(task, force=True)
-            return {"error": f"no GPU slot of the Ray cluster at {address} came free within {timeout_s:.0f} s to ask "
-                             "whether it sees CUDA: say --copo.device cuda (GPU nodes) or --copo.device cpu"}
-        return {"cuda": bool(cuda), "devices": int(devices), "node": str(node)}
+        resources = ray.cluster_resources()
+        return {"gpus": float(resources.get("GPU", 0)), "logical": float(resources.get(LOGICAL_GPU_RESOURCE, 0))}
     finally:
         ray.shutdown()
 
 
 def decide(requested: str, *, address: Optional[str] = None,
            local_cuda: Callable[[], bool] = cuda_available,
-           probe: Callable[[str], ProbeAnswer] = probe_cluster) -> DeviceDecision:
+           slots: Callable[[str], ClusterSlots] = cluster_slots) -> DeviceDecision:
     """`--copo.device` ``requested`` -> the device the actors use, with the reason (``address``: the cluster to
-    join, None for a cluster of this machine's own). ``local_cuda`` and ``probe`` are parameters for tests."""
+    join, None for a cluster of this machine's own). ``local_cuda`` and ``slots`` are parameters for tests."""
     if requested not in DEVICES:
         raise DeviceError(f"--copo.device {requested}: choose one of {', '.join(DEVICES)}")
     if requested != "auto":
@@ -143,16 +125,25 @@ def decide(requested: str, *, address: Optional[str] = None,
                                         "machine sees CUDA")
         return DeviceDecision(CPU, "--copo.device auto: no Ray cluster to join (RAY_ADDRESS unset), and this machine "
                                    "has no CUDA")
-    answer = probe(address)
-    if answer.cuda:
-        return DeviceDecision(CUDA, f"--copo.device auto: a task on a GPU slot of the cluster at {address} (node "
-                                    f"{answer.node}) sees {answer.devices} CUDA device(s)")
-    return DeviceDecision(CPU, f"--copo.device auto: a task on a GPU slot of the cluster at {address} (node "
-                               f"{answer.node}) sees no CUDA, so its GPU slots are logical; --copo.device cuda "
-                               "overrides")
+    found = slots(address)
+    if found.gpus < 1:
+        raise DeviceError(f"the Ray cluster at {address} has no GPU resource, and OpenRLHF places every rank and vLLM "
+                          "engine on a GPU slot: start its GPU nodes with their GPUs, or CPU-only nodes with `ray start "
+                          f"--num-gpus N --resources '{{\"{LOGICAL_GPU_RESOURCE}\": N}}'` (logical slots, the CPU "
+                          "path; scripts/ray_cluster.sh)")
+    if found.logical <= 0:
+        return DeviceDecision(CUDA, f"--copo.device auto: the Ray cluster at {address} declares {found.gpus:g} GPU "
+                                    f"slot(s), none marked logical (resource {LOGICAL_GPU_RESOURCE})")
+    if found.logical >= found.gpus:
+        return DeviceDecision(CPU, f"--copo.device auto: the Ray cluster at {address} marks all its {found.gpus:g} GPU "
+                                   f"slot(s) logical (resource {LOGICAL_GPU_RESOURCE}): no CUDA behind them; "
+                                   "--copo.device cuda overrides")
+    raise DeviceError(f"the Ray cluster at {address} marks {found.logical:g} of its {found.gpus:g} GPU slots logical "
+                      f"(resource {LOGICAL_GPU_RESOURCE}): CUDA nodes and CPU nodes in one cluster; say --copo.device "
+                      "cuda or --copo.device cpu")
 
 
-if __name__ == "__main__":  # the child of `probe_cluster`: prints one JSON line
+if __name__ == "__main__":  # the child of `cluster_slots`: prints one JSON line
     import sys
 
-    print(json.dumps(_probe_here(sys.argv[1], float(sys.argv[2]))), flush=True)
+    print(json.dumps(_read_here(sys.argv[1])), flush=True)

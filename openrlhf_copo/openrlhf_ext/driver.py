@@ -39,6 +39,7 @@ import contextvars
 import inspect
 import json
 import sys
+import traceback
 from typing import Optional
 
 from openrlhf_copo.contract import PATCHES_ENV, RAY_WORKER_SETUP_HOOK, ROLLOUT_SEED_ENV
@@ -127,7 +128,7 @@ def decide_device(args) -> device.DeviceDecision:
     """Step 6's decision: `--copo.device`, with `auto` asked of the cluster the run joins (`device.decide`)."""
     try:
         return device.decide(args.copo.device, address=device.cluster_address(), local_cuda=device.cuda_available,
-                             probe=device.probe_cluster)
+                             slots=device.cluster_slots)
     except device.DeviceError as e:
         raise DriverError(str(e)) from None
 
@@ -267,11 +268,26 @@ def run_openrlhf_main(argv, captured: dict, *, prog: str, stop_before_training: 
         exec(parse_and_train, namespace)
     except StopBeforeTraining:
         pass
+    except AssertionError as e:
+        if "args" in captured:
+            raise  # from inside training: the run's own failure
+        raise DriverError(_openrlhf_refusal(e, namespace.get("args"), upstream.__file__)) from None
     finally:
         sys.argv = saved_argv
         _CHECK_INPUTS.reset(token)
     if "args" not in captured:
         raise DriverError(f"{upstream.__file__}: its main returned without calling train(args)")
+
+
+def _openrlhf_refusal(error: AssertionError, args, main_file: str) -> str:
+    """One line for an `assert` of OpenRLHF's main that refused the arguments before `train(args)`: COPO's own
+    refusal of the same arguments when there is one (it names the flag to change; OpenRLHF's assert may follow from
+    it, e.g. one sample per prompt), else OpenRLHF's message with its line."""
+    problems = copo_problems(args) if hasattr(args, "copo") else []
+    if problems:
+        return problems[0]
+    line = next((f.lineno for f in reversed(traceback.extract_tb(error.__traceback__)) if f.filename == main_file), "?")
+    return f"OpenRLHF's train_ppo_ray refused the arguments ({main_file}:{line}): {error or 'assertion failed'}"
 
 
 #: OpenRLHF's train_ppo_ray module: its main block is run by `run_openrlhf_main`.

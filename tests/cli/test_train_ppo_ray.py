@@ -99,7 +99,7 @@ def test_unsupported_openrlhf_stops_the_cli_in_one_line(load_args, capsys, monke
     def refuse():
         raise runtime_patches.OpenRLHFVersionError("openrlhf 0.12.1 is installed; openrlhf_copo patches openrlhf<0.12 only")
 
-    monkeypatch.setattr(patches, "apply", refuse)
+    monkeypatch.setattr(runtime_patches, "check_openrlhf", refuse)
     with pytest.raises(SystemExit):
         load_args(copo_argv())
     assert capsys.readouterr().err.strip().endswith("openrlhf_copo patches openrlhf<0.12 only")
@@ -250,3 +250,44 @@ def test_every_setting_is_a_flag_with_its_declared_default(load_args):
     go_only = resume_record(load_args(copo_argv("--advantage_estimator", "go_only", "--copo.zero_control", "none")))
     assert "zero_control" not in go_only and "gamma" not in go_only and "rho" not in go_only
     assert resume_record(load_args(copo_argv("--copo.zero_control", "none")))["zero_control"] == "none"
+
+
+def test_copos_checks_see_the_arguments_openrlhf_hands_to_train(load_args, monkeypatch):
+    """COPO's checks run where OpenRLHF's main calls train(args), after its own adjustments: an agent function
+    becomes remote_url ["agent"] there, so a COPO run with an agent function (whose step returns copo_answer_id) is
+    accepted, not refused for a missing reward function; a dynamic batch has forced packing_samples. Neither
+    argparse's parse_args nor ray.is_initialized is replaced for the process while OpenRLHF's main runs."""
+    import argparse
+
+    import ray
+
+    from openrlhf_copo.openrlhf_ext import driver
+
+    seen = []
+    original = driver.copo_problems
+    parse_args, is_initialized = argparse.ArgumentParser.parse_args, ray.is_initialized
+
+    def recording(args):
+        seen.append((args.reward.remote_url, args.ds.packing_samples,
+                     argparse.ArgumentParser.parse_args is parse_args, ray.is_initialized is is_initialized))
+        return original(args)
+
+    monkeypatch.setattr(driver, "copo_problems", recording)
+    argv = copo_argv("--train.agent_func_path", "my_agent.py", "--train.dynamic_batch_enable",
+                     "--train.max_tokens_per_gpu", "4096", "--vllm.num_engines", "1")
+    i = argv.index("--reward.remote_url")
+    args = load_args(argv[:i] + argv[i + 2:])
+    assert seen == [(["agent"], True, True, True)]
+    assert args.reward.remote_url == ["agent"] and args.train.agent_func_path == "my_agent.py"
+
+
+def test_openrlhfs_own_refusal_is_one_line(load_args, capsys):
+    """An `assert` of OpenRLHF's main (here: too few sample batches for the actor ranks) ends the CLI in one line
+    that names OpenRLHF's file and line, not a traceback."""
+    with pytest.raises(SystemExit) as exc:
+        load_args(copo_argv("--rollout.micro_batch_size", "64", "--actor.num_gpus_per_node", "8"))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "OpenRLHF's train_ppo_ray refused the arguments (" in err[0] and "train_ppo_ray.py:" in err[0]
+    assert "greater than or equal to the effective number of actor processes" in err[0]

@@ -66,5 +66,5 @@ def test_a_head_without_a_gpu_drives_actors_on_cuda(cuda, tmp_path):
     assert out.returncode == 0 and lines, out.stdout[-3000:] + out.stderr[-2000:]
     result = json.loads(lines[-1][len("RESULT "):])
     assert result["driver_cuda"] is False  # the driver ran on the GPU-less head
-    assert result["device"] == "cuda" and "sees 1 CUDA device(s)" in result["reason"], result
+    assert result["device"] == "cuda" and "declares 1 GPU slot(s), none marked logical" in result["reason"], result
     assert result["total"] == 64.0 ** 3

@@ -273,3 +273,21 @@ def test_incorrect_answer_without_copo_correct_is_refused_at_the_first_step(load
     for exp in experiences:
         exp.info.pop("copo_correct")
     maker.compute_advantages_and_returns(experiences)
+
+
+def test_unchecked_answers_and_untagged_engines_are_said_once(load_args, capsys, monkeypatch):
+    """A reward function without the failure flag cannot be checked for failed answer checks, and responses without
+    their engine tag give no per-engine metrics: each is said once per process (the advantage step runs every
+    rollout step), not passed over in silence."""
+    from openrlhf_copo.openrlhf_ext import advantages
+
+    monkeypatch.setattr(advantages, "_warned", set())
+    for step in range(3):
+        maker, experiences = made_experiences(load_args(copo_argv()))
+        for exp in experiences:
+            exp.info.pop("copo_verify_failed", None)
+        maker.compute_advantages_and_returns(experiences)
+    err = capsys.readouterr().err
+    assert err.count("returns no extra_logs['copo_verify_failed']") == 1, err
+    assert "--copo.max_verify_failed is not enforced" in err
+    assert err.count("responses without their engine tag (info['copo_rollout_engine_seed']") == 1, err

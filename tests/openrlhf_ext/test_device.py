@@ -1,6 +1,6 @@
 """`--copo.device`: where the actors run is decided from where they will run, not from the driver's own CUDA
-(`openrlhf_ext/device.py`, step 6 of `openrlhf_ext/driver.py`). The real probe against a real two-node cluster is in
-tests/e2e/test_two_nodes.py; on a GPU, tests/gpu/."""
+(`openrlhf_ext/device.py`, step 6 of `openrlhf_ext/driver.py`): under `auto`, what the cluster declares. A real
+cluster is read here and in tests/e2e/test_two_nodes.py; on a GPU, tests/gpu/."""
 
 import pytest
 
@@ -16,14 +16,14 @@ def never(*_):
     raise AssertionError("not to be asked here")
 
 
-def answer(cuda: bool):
-    def probe(address):
+def declared(gpus: float, logical: float = 0):
+    def slots(address):
         assert address == ADDRESS
-        return device.ProbeAnswer(cuda=cuda, devices=8 if cuda else 0, node="gpu-node-3")
-    return probe
+        return device.ClusterSlots(gpus=gpus, logical=logical)
+    return slots
 
 
-@pytest.mark.parametrize("requested, address, local, probe, expected, reason", [
+@pytest.mark.parametrize("requested, address, local, slots, expected, reason", [
     # said outright: neither this machine nor the cluster is asked
     ("cuda", None, never, never, "cuda", "--copo.device cuda"),
     ("cuda", ADDRESS, never, never, "cuda", "--copo.device cuda"),
@@ -31,13 +31,13 @@ def answer(cuda: bool):
     # auto, no cluster to join: this machine decides
     ("auto", None, lambda: False, never, "cpu", "no Ray cluster to join (RAY_ADDRESS unset), and this machine has no CUDA"),
     ("auto", None, lambda: True, never, "cuda", "this machine sees CUDA"),
-    # auto, joining a cluster (a CPU-only head node: the driver's CUDA is never asked): the cluster decides
-    ("auto", ADDRESS, never, answer(True), "cuda", f"a task on a GPU slot of the cluster at {ADDRESS} (node "
-                                                   "gpu-node-3) sees 8 CUDA device(s)"),
-    ("auto", ADDRESS, never, answer(False), "cpu", "(node gpu-node-3) sees no CUDA, so its GPU slots are logical"),
+    # auto, joining a cluster (a CPU-only head node: the driver's CUDA is never asked): what the cluster declares
+    ("auto", ADDRESS, never, declared(8), "cuda", f"the Ray cluster at {ADDRESS} declares 8 GPU slot(s), none marked "
+                                                  "logical (resource logical_gpu)"),
+    ("auto", ADDRESS, never, declared(5, 5), "cpu", f"the Ray cluster at {ADDRESS} marks all its 5 GPU slot(s) logical"),
 ])
-def test_the_device_is_decided_where_the_actors_run(requested, address, local, probe, expected, reason):
-    decision = device.decide(requested, address=address, local_cuda=local, probe=probe)
+def test_the_device_is_decided_where_the_actors_run(requested, address, local, slots, expected, reason):
+    decision = device.decide(requested, address=address, local_cuda=local, slots=slots)
     assert decision.device == expected and decision.cpu_path == (expected == "cpu")
     assert reason in decision.reason
     assert decision.line().startswith("openrlhf_copo: the actors run on " + ("CUDA: " if expected == "cuda" else
@@ -69,21 +69,30 @@ def test_a_cuda_less_driver_told_cuda_does_not_take_the_cpu_path(load_args, monk
     assert kwargs["runtime_env"]["env_vars"]["NCCL_DEBUG"] == "WARN"
 
 
-def test_auto_follows_the_probe_and_every_cpu_refusal_follows_the_decision(load_args, monkeypatch, capsys):
+@pytest.mark.parametrize("gpus, logical", [(0, 0), (4, 2)])
+def test_a_cluster_without_gpu_slots_or_with_some_marked_is_refused(gpus, logical):
+    """No GPU slot at all: OpenRLHF's placement would wait forever. Some slots marked logical, some not: CUDA and CPU
+    nodes in one cluster, which no single device path serves. Either is one line naming the fix."""
+    reason = "has no GPU resource" if not gpus else "marks 2 of its 4 GPU slots logical"
+    with pytest.raises(device.DeviceError, match=reason + ".*(--num-gpus N --resources|say --copo.device cuda)"):
+        device.decide("auto", address=ADDRESS, local_cuda=never, slots=declared(gpus, logical))
+
+
+def test_auto_follows_the_cluster_and_every_cpu_refusal_follows_the_decision(load_args, monkeypatch, capsys):
     monkeypatch.setenv("RAY_ADDRESS", ADDRESS)
     monkeypatch.setattr(device, "cuda_available", never)  # the driver's own CUDA decides nothing when joining
-    # the probe says CUDA: NCCL weight sync is accepted, fp32 (the CPU path's) is refused
-    monkeypatch.setattr(device, "probe_cluster", answer(True))
+    # the cluster declares GPUs: NCCL weight sync is accepted, fp32 (the CPU path's) is refused
+    monkeypatch.setattr(device, "cluster_slots", declared(8))
     monkeypatch.setattr(cpu, "install", never)
     args = load_args(copo_argv("--vllm.sync_backend", "nccl"))
     assert driver.apply_device(args).device == "cuda" and args.copo.device == "cuda"
-    with pytest.raises(driver.DriverError, match=r"the actors run on CUDA \(--copo.device auto: a task on a GPU slot .*"
+    with pytest.raises(driver.DriverError, match=r"the actors run on CUDA \(--copo.device auto: the Ray cluster .*"
                                                  r"\), where --ds.param_dtype fp32 is the CPU path's"):
         driver.apply_device(load_args(copo_argv(*CPU_OK, "--ds.param_dtype", "fp32")))
-    # the probe says no CUDA: the CPU path, whose refusals name the decision
-    monkeypatch.setattr(device, "probe_cluster", answer(False))
-    with pytest.raises(driver.DriverError, match=r"the actors run on the CPU path \(--copo.device auto: .* sees no "
-                                                 r"CUDA.*\), where --vllm.sync_backend nccl: NCCL needs CUDA"):
+    # every slot marked logical: the CPU path, whose refusals name the decision
+    monkeypatch.setattr(device, "cluster_slots", declared(4, 4))
+    with pytest.raises(driver.DriverError, match=r"the actors run on the CPU path \(--copo.device auto: .* no CUDA "
+                                                 r"behind them.*\), where --vllm.sync_backend nccl: NCCL needs CUDA"):
         driver.apply_device(load_args(copo_argv("--vllm.sync_backend", "nccl")))
     assert "the actors run on the CPU path" in capsys.readouterr().err
 
@@ -93,35 +102,56 @@ def test_the_cpu_decision_exports_the_cpu_path_to_the_workers(load_args, monkeyp
     monkeypatch.setattr(cpu, "install", lambda: None)
     monkeypatch.setattr(cpu, "prepare_driver", lambda: None)
     monkeypatch.setenv("RAY_ADDRESS", ADDRESS)
-    monkeypatch.setattr(device, "probe_cluster", answer(False))
+    monkeypatch.setattr(device, "cluster_slots", declared(4, 4))
     args = load_args(copo_argv(*CPU_OK))
     assert driver.apply_device(args).device == "cpu"
     kwargs = driver.ray_init_kwargs(args, {})
     assert kwargs["runtime_env"]["env_vars"][CPU_ENV] == "1" and "address" not in kwargs
 
 
-def test_a_cluster_without_any_gpu_slot_is_refused_in_one_line(tmp_path):
-    """A real cluster started with no GPU resource (`scripts/ray_cluster.sh`, 0 slots per node): OpenRLHF's placement
-    would wait forever for GPU bundles, so the probe, in its own child driver, refuses it and names the fix."""
+def test_auto_on_a_real_cluster_whose_gpus_are_all_held_decides_without_waiting(tmp_path):
+    """A real two-node cluster (`scripts/ray_cluster.sh`, its slots marked logical) whose every GPU slot is held by
+    another job's actor: `auto` reads what the cluster declares and decides at once (the earlier probe waited up to
+    120 s for a free slot and then refused)."""
     import os
     import subprocess
     import sys
+    import time
     from pathlib import Path
 
     from tests_support import REPO, free_port
 
     port = free_port()
-    env = {**os.environ, "RAY": str(Path(sys.executable).parent / "ray"), "COPO_RAY_DIR": f"/tmp/copo-ray-nogpu-{os.getpid()}",
-           "COPO_RAY_PORT": str(port), "COPO_RAY_DASHBOARD_PORT": str(free_port()), "COPO_RAY_HEAD_GPUS": "0",
-           "COPO_RAY_WORKER_GPUS": "0", "COPO_RAY_CPUS": "2"}
+    env = {**os.environ, "RAY": str(Path(sys.executable).parent / "ray"), "COPO_RAY_DIR": f"/tmp/copo-ray-held-{os.getpid()}",
+           "COPO_RAY_PORT": str(port), "COPO_RAY_DASHBOARD_PORT": str(free_port()), "COPO_RAY_HEAD_GPUS": "1",
+           "COPO_RAY_WORKER_GPUS": "1", "COPO_RAY_CPUS": "2"}
     script = [str(REPO / "scripts" / "ray_cluster.sh")]
+    holder = f"""
+import ray, time
+ray.init(address="127.0.0.1:{port}", logging_level="ERROR")
+@ray.remote(num_gpus=1, num_cpus=0)
+class Hold:
+    def ready(self):
+        return True
+held = [Hold.remote() for _ in range(2)]
+ray.get([h.ready.remote() for h in held])
+print("held", flush=True)
+time.sleep(600)
+"""
     started = subprocess.run(["bash", *script, "start"], env=env, capture_output=True, text=True, timeout=300)
+    hold = None
     try:
         assert started.returncode == 0, started.stdout + started.stderr
-        with pytest.raises(device.DeviceError, match=rf"^the Ray cluster at 127.0.0.1:{port} has no GPU resource, "
-                                                     r"and OpenRLHF places every rank .* `ray start --num-gpus N`"):
-            device.probe_cluster(f"127.0.0.1:{port}", timeout_s=60)
+        hold = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True, env=env)
+        assert hold.stdout.readline().strip() == "held"  # every GPU slot of the cluster is taken
+        t0 = time.time()
+        decision = device.decide("auto", address=f"127.0.0.1:{port}")
+        took = time.time() - t0
+        assert decision.device == "cpu" and "marks all its 2 GPU slot(s) logical" in decision.reason
+        assert took < 60, took  # reading the declaration: no wait for a slot
     finally:
+        if hold is not None:
+            hold.kill()
         subprocess.run(["bash", *script, "stop"], env=env, capture_output=True, text=True, timeout=180)
 
 
