@@ -402,11 +402,13 @@ def rl_zvp_token_advantage(coef: torch.Tensor, token_entropy: torch.Tensor, mask
     tokens the largest penalty. ``coef`` [N] or [N, 1] (0: no RL-ZVP term), ``token_entropy`` and ``mask`` [N, T]."""
     coef = coef.reshape(-1, 1).float()
     mask = mask.to(torch.float32)
-    h = token_entropy.detach().float() * mask
+    # `where`, not `* mask`: a padded position may hold anything (NaN or inf from a padded logit row), and NaN * 0 is
+    # NaN; it must be 0 here and stay out of the max
+    h = torch.where(mask > 0, token_entropy.detach().float(), torch.zeros_like(mask))
     h_max = torch.where(mask > 0, h, torch.full_like(h, -math.inf)).amax(dim=1, keepdim=True)
     h_max = torch.where(torch.isfinite(h_max), h_max, torch.zeros_like(h_max))  # a response without tokens
     adv = torch.where(coef > 0, coef * h, torch.where(coef < 0, coef * (h_max - h), torch.zeros_like(h)))
-    return adv * mask
+    return torch.where(mask > 0, adv, torch.zeros_like(adv))
 
 
 @register_mode("rl_zvp", blended=False, std="unbiased",

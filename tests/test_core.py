@@ -391,6 +391,12 @@ def test_rl_zvp_worked_example():
     padded = rl_zvp_token_advantage(torch.tensor([-0.1]), torch.tensor([[0.05, 0.5, 2.0, 9.0]]),
                                     torch.tensor([[1.0, 1, 1, 0]]))
     close(padded, [[-0.195, -0.15, 0.0, 0.0]], atol=1e-6)
+    # a NaN or inf entropy at a padded position (a padded logit row) is 0, not NaN, for both signs
+    for coef, expected in ((-0.1, [-0.195, -0.15, 0.0, 0.0, 0.0]), (0.1, [0.005, 0.05, 0.2, 0.0, 0.0])):
+        nan_padded = rl_zvp_token_advantage(torch.tensor([coef]),
+                                            torch.tensor([[0.05, 0.5, 2.0, float("nan"), float("inf")]]),
+                                            torch.tensor([[1.0, 1, 1, 0, 0]]))
+        close(nan_padded, [expected], atol=1e-6)
     assert copo_advantages(PEER_REWARDS, PEER_ANSWERS, mode="rl_zvp", zvp_alpha=0.3).weighted_global[1, 0] == \
         pytest.approx(0.3)
 
