@@ -4,6 +4,9 @@
     .venv/bin/python benchmarks/learning_curve.py --seeds 2 --methods copo grpo     # a part of it
     .venv/bin/python benchmarks/learning_curve.py --methods copo_gated go_selective --seed_order 2 3   # issue 31
 
+The runs are made by the comparison tool that users run on their own model and data (`openrlhf_copo.compare`,
+`python -m openrlhf_copo.cli.compare`); this script is its `mixed` preset (`mixed_setting`) and its report.
+
 Every run is the CPU demo's job (`openrlhf_copo.cpu_demo.job.default_argv`: SmolLM2-135M-Instruct, the
 arithmetic mix, the final-number 0/1 reward, G samples per prompt, fp32) with only the method's flags
 changed:
@@ -46,11 +49,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -59,44 +59,13 @@ from typing import Dict, List, Optional
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from openrlhf_copo import compare  # noqa: E402
 from openrlhf_copo.contract import PROMPTS_CONSUMED  # noqa: E402
 from openrlhf_copo.cpu_demo import job  # noqa: E402
 
-METHODS: Dict[str, List[str]] = {
-    "grpo": ["--advantage_estimator", "copo", "--copo.mode", "grpo"],
-    "copo": ["--advantage_estimator", "copo"],
-    "dapo": ["--advantage_estimator", "group_norm", "--algo.dynamic_filtering_enable",
-             "--actor.eps_clip_low_high", "0.2", "0.28"],
-    "go_only": ["--advantage_estimator", "go_only"],
-    # The cause of COPO's loss (issue 31): each takes one of COPO's departures from GRPO away or adds it alone.
-    # copo_selective: COPO without any loss on all-incorrect prompts (its global term there is the only difference);
-    # go_selective: GRPO plus the global term alone on all-incorrect prompts (that term added to GRPO).
-    "copo_selective": ["--advantage_estimator", "copo_selective"],
-    "go_selective": ["--advantage_estimator", "go_selective"],
-    # copo_gated (ours): the global term only on prompts whose responses all agree on correctness, the local term
-    # alone elsewhere: COPO's extra signal without ever raising an incorrect answer or lowering a correct one.
-    "copo_gated": ["--advantage_estimator", "copo_gated"],
-    # COPO-Selective with rho 0.5: at G = 4 every mixed split (3+1 at 0.811 bits and up) keeps w_local ~ 1, so the
-    # global term acts on all-correct prompts alone (one answer, H 0) and nothing on all-incorrect ones: what is left
-    # of COPO once the two parts found harmful at this scale (the push on all-incorrect prompts, the blend of mixed
-    # groups) are taken out, with the paper's own mode and flag.
-    "copo_selective_rho05": ["--advantage_estimator", "copo_selective", "--copo.rho", "0.5"],
-    # Sequence-mean aggregation (the released code's seq-mean-token-mean) for COPO and for GRPO, its control: under
-    # OpenRLHF's token-mean a 64-token truncated response weighs five times a 12-token answer, and COPO gives the lone
-    # wrong response of a 3+1 group the prompt's global advantage, positive when the prompt is above the batch mean.
-    "copo_seqmean": ["--advantage_estimator", "copo", "--actor.loss_agg_mode", "seq-mean-token-mean"],
-    "grpo_seqmean": ["--advantage_estimator", "copo", "--copo.mode", "grpo", "--actor.loss_agg_mode",
-                     "seq-mean-token-mean"],
-    # The field's other answers to zero-variance groups (issue 32; docs/paper.md), each with its paper's clip range,
-    # and the authors' released COPO (their run_copo.sh: soft-with-zero, gamma 5, rho 1, their conventions).
-    "ngrpo": ["--advantage_estimator", "ngrpo", "--actor.eps_clip_low_high", "0.16", "0.24"],
-    "rl_zvp": ["--advantage_estimator", "rl_zvp", "--actor.entropy_coef", "0", "--actor.eps_clip_low_high", "0.2",
-               "0.28"],
-    "dr_grpo": ["--advantage_estimator", "copo", "--copo.mode", "dr_grpo"],
-    "copo_released": ["--advantage_estimator", "copo", "--copo.gamma", "5", "--copo.rho", "1", "--copo.zero_control",
-                      "response", "--copo.incorrect", "reward", "--copo.std", "unbiased", "--copo.answer_buckets",
-                      "string", "--actor.dual_clip", "3", "--actor.loss_agg_mode", "seq-mean-token-mean"],
-}
+#: The methods and the flags that pair their runs: the comparison tool's (`openrlhf_copo.compare`), of which this
+#: benchmark's settings are presets.
+METHODS, PAIRED, T975, mean_se = compare.METHODS, compare.PAIRED, compare.T975, compare.mean_se
 
 
 #: Samples per prompt of every run: 4, the committed runs' G (the demo's until it moved to the paper's 6), so that
@@ -138,76 +107,56 @@ STEP_KEYS = ("step", "copo_correct", "copo_zero_std", "copo_signal_grpo", "copo_
              "copo_correct_penalized", "dynamic_filtering_pass_rate",
              "response_length", "truncated", "copo_has_answer", "copo_token_surprisal", "copo_push_local_sq",
              "copo_push_global_sq", "copo_push_dot", PROMPTS_CONSUMED, "timing/step_total")
-#: Flags of every run: the same draws from the same weights, and an evaluation at the end of every run; DAPO, which runs
-#: OpenRLHF's own estimator, through the same patched pipeline as the others (the prompt order of --train.seed above
-#: all).
-PAIRED = ["--copo.seeded_rollouts", "--copo.eval_after_train", "--copo.same_pipeline", "--copo.push_metrics"]
+#: The flags of the CPU demo's job (`job.default_argv`) that the comparison tool sets itself, per run.
+TOOL_FLAGS = ("--actor.model_name_or_path", "--data.prompt_dataset", "--eval.dataset", "--ckpt.path", "--ckpt.output_dir",
+              "--logger.tensorboard_dir", "--copo.metrics_file", "--ckpt.save_steps")
+
+
+def mixed_setting(steps: int, eval_every: int, model: str, train: Path, test: Path) -> compare.Setting:
+    """The `mixed` preset: the CPU demo's job (SmolLM2-135M-Instruct, the arithmetic mix, the final-number 0/1
+    reward, fp32) at G = 4 and ZeRO-2, the committed runs' settings (the demo's until it moved to ZeRO-0, the same
+    update on one rank, and to G = 6), so that a resumed benchmark trains its remaining runs as it trained the others.
+    The train file holds exactly the run's prompts (steps x prompts per step)."""
+    demo = job.default_argv(model, train, test, Path("unused"), "copo")[2:]  # the estimator is the method's
+    extra = []
+    i = 0
+    while i < len(demo):  # the demo's flags, less those the tool sets per run
+        if demo[i] in TOOL_FLAGS:
+            i += 2
+        elif demo[i] in ("--ckpt.load_enable", "--copo.eval_before_train"):
+            i += 1
+        else:
+            extra.append(demo[i])
+            i += 1
+    overrides = {"--eval.steps": str(eval_every), "--ds.zero_stage": "2",
+                 "--rollout.n_samples_per_prompt": str(SAMPLES_PER_PROMPT),
+                 "--train.batch_size": str(job.PROMPTS_PER_STEP * SAMPLES_PER_PROMPT), "--train.micro_batch_size": "8"}
+    for flag, value in overrides.items():
+        extra[extra.index(flag) + 1] = value
+    reward = demo[demo.index("--reward.remote_url") + 1]
+    return compare.Setting(model=model, train=train, test=test, samples_per_prompt=SAMPLES_PER_PROMPT,
+                           prompts_per_step=job.PROMPTS_PER_STEP, steps=steps, lr=job.LR, eval_every=eval_every,
+                           reward=reward, extra=extra)
 
 
 def run_argv(method: str, seed: int, steps: int, eval_every: int, model: str, train: Path, test: Path,
              run_dir: Path) -> List[str]:
-    argv = job.default_argv(model, train, test, run_dir, "copo")
-    argv = argv[2:]  # the estimator is the method's
-    if method != REFERENCE:  # the step-0 evaluation is the same model on the same prompts: made once per seed
-        argv.remove("--copo.eval_before_train")
-    # Checkpoints, the final model and tensorboard go to a scratch folder (gigabytes, deleted after the run):
-    # the results are the metrics file and the log.
-    # `train` holds exactly the run's prompts (steps x prompts per step): OpenRLHF's --data.max_samples would also
-    # cap the held-out set.
-    # ZeRO-2 and G = 4: the committed runs were made with them (the demo's settings until it moved to ZeRO-0, the
-    # same update on one rank, and to G = 6), so that a resumed benchmark trains its remaining runs as it trained
-    # the others.
-    scratch = run_dir / "scratch"
-    overrides = {"--eval.steps": str(eval_every), "--ds.zero_stage": "2",
-                 "--rollout.n_samples_per_prompt": str(SAMPLES_PER_PROMPT),
-                 "--train.batch_size": str(job.PROMPTS_PER_STEP * SAMPLES_PER_PROMPT), "--train.micro_batch_size": "8",
-                 "--ckpt.save_steps": "-1", "--ckpt.path": str(scratch / "ckpt"),
-                 "--ckpt.output_dir": str(scratch / "model"), "--logger.tensorboard_dir": str(scratch / "tensorboard")}
-    for flag, value in overrides.items():
-        argv[argv.index(flag) + 1] = value
-    argv.remove("--ckpt.load_enable")
-    return METHODS[method] + PAIRED + argv + ["--train.seed", str(seed)]
+    """One run's command line: the tool's, for the `mixed` preset; the reference makes the seed's step-0 evaluation."""
+    return compare.run_argv(mixed_setting(steps, eval_every, model, train, test), method, seed, run_dir, train,
+                            step0=method == REFERENCE)
 
 
 def run_one(method: str, seed: int, args, model: str, train: Path, test: Path) -> dict:
-    run_dir = args.out / f"{method}-seed{seed}"
-    metrics, marker = run_dir / "metrics.jsonl", run_dir / "done.json"
-    if marker.exists() and metrics.exists():
-        print(f"[{method} seed {seed}] done before; kept", flush=True)
-        return json.loads(marker.read_text())
-    if run_dir.exists():
-        for p in run_dir.glob("*"):
-            if p.is_file():
-                p.unlink()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    argv = run_argv(method, seed, args.steps, args.eval_every, model, train, test, run_dir)
-    t0 = time.time()
-    with open(run_dir / "train.log", "w") as log:
-        rc = subprocess.call([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], stdout=log,
-                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=REPO)
-    wall = time.time() - t0
-    shutil.rmtree(run_dir / "scratch", ignore_errors=True)
-    if rc != 0:
-        raise SystemExit(f"[{method} seed {seed}] failed (exit {rc}); log: {run_dir / 'train.log'}")
-    info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1)}
-    marker.write_text(json.dumps(info))
-    rows = job.read_metrics(metrics)
+    info = compare.run_one(mixed_setting(args.steps, args.eval_every, model, train, test), method, seed, args.out,
+                           step0=method == REFERENCE,
+                           argv_for=lambda m, s, d, step0: run_argv(m, s, args.steps, args.eval_every, model, train,
+                                                                    test, d))
+    rows = job.read_metrics(args.out / f"{method}-seed{seed}" / "metrics.jsonl")
     evals = job.eval_rows(rows)
     last = job.heldout(evals[-1]) if evals else (float("nan"),) * 3
-    print(f"[{method} seed {seed}] {len(job.train_rows(rows))} steps in {wall / 60:.1f} min; final held-out "
-          f"{last[0]:.3f}", flush=True)
+    print(f"[{method} seed {seed}] {len(job.train_rows(rows))} steps in {info['wall_seconds'] / 60:.1f} min; final "
+          f"held-out {last[0]:.3f}", flush=True)
     return info
-
-
-def mean_se(values: List[float]) -> tuple:
-    values = [v for v in values if v == v]
-    if not values:
-        return float("nan"), float("nan")
-    m = sum(values) / len(values)
-    if len(values) < 2:
-        return m, float("nan")
-    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
-    return m, math.sqrt(var / len(values))
 
 
 def finished_runs(out: Path, seeds: int) -> List[dict]:
@@ -279,10 +228,6 @@ def _eval_point(row: dict) -> dict:
             "response_length": row.get("eval_response_length_mean")}
 
 
-#: Two-sided 95% quantiles of Student's t by degrees of freedom (1-10); 1.96 beyond.
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-
-
 def paired_versus(runs: List[dict], reference: str) -> Dict[str, dict]:
     """``reference`` minus every other method on the same held-out prompts, seed by seed: the paired greedy
     difference at the final evaluation (`evaluation.metrics.paired_difference`: per-prompt differences, their
@@ -301,18 +246,8 @@ def _finals(runs: List[dict]) -> Dict[tuple, dict]:
     return {(r["method"], r["seed"]): r["evals"][-1] for r in runs if r["evals"] and r["evals"][-1].get("outcomes")}
 
 
-def paired_pair(final: Dict[tuple, dict], a: str, b: str) -> Optional[dict]:
-    """``a`` minus ``b`` at the final evaluation, seed by seed and over the seeds both ran (see `paired_versus`)."""
-    from openrlhf_copo.evaluation.metrics import paired_difference
-
-    seeds = sorted(s for m, s in final if m == b and (a, s) in final)
-    per_seed = [{"seed": s, **paired_difference(final[(b, s)]["outcomes"], final[(a, s)]["outcomes"])}
-                for s in seeds]
-    if not per_seed:
-        return None
-    mean, se = mean_se([p["gain"] for p in per_seed])
-    half = T975.get(len(per_seed) - 1, 1.96) * se if len(per_seed) > 1 else 1.96 * per_seed[0]["se"]
-    return {"per_seed": per_seed, "mean": mean, "ci95": (mean - half, mean + half)}
+#: ``a`` minus ``b`` at the final evaluation, paired by prompt and seed (the comparison tool's statistics).
+paired_pair = compare.paired_over_seeds
 
 
 def contrasts(runs: List[dict]) -> List[dict]:

@@ -53,6 +53,42 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
     assert not parsed["grpo"].algo.dynamic_filtering_enable
 
 
+def test_the_mixed_preset_trains_as_the_committed_runs_did(lc, tmp_path):
+    """The benchmark's runs now come from the comparison tool (`openrlhf_copo.compare`, the `mixed` preset). Parsed,
+    each method's command line gives OpenRLHF and COPO exactly the arguments of the command line the committed runs
+    were made with (the demo's job at G = 4, ZeRO-2, micro-batch 8, checkpoints and tensorboard in a scratch folder,
+    that line's paired flags; written out here as it was), but for the tensorboard folder, which the tool does not
+    set. The flags added since (--copo.same_pipeline, --copo.push_metrics) restore what every run had then."""
+    def committed(method, seed, run_dir):
+        argv = lc.job.default_argv("model", tmp_path / "train.jsonl", tmp_path / "test.jsonl", run_dir, "copo")[2:]
+        if method != "copo":
+            argv.remove("--copo.eval_before_train")
+        scratch = run_dir / "scratch"
+        for flag, value in {"--eval.steps": "3", "--ds.zero_stage": "2", "--rollout.n_samples_per_prompt": "4",
+                            "--train.batch_size": str(lc.job.PROMPTS_PER_STEP * 4), "--train.micro_batch_size": "8",
+                            "--ckpt.save_steps": "-1", "--ckpt.path": str(scratch / "ckpt"),
+                            "--ckpt.output_dir": str(scratch / "model"),
+                            "--logger.tensorboard_dir": str(scratch / "tensorboard")}.items():
+            argv[argv.index(flag) + 1] = value
+        argv.remove("--ckpt.load_enable")
+        return lc.METHODS[method] + ["--copo.seeded_rollouts", "--copo.eval_after_train", "--copo.same_pipeline",
+                                     "--copo.push_metrics"] + argv + ["--train.seed", str(seed)]
+
+    def flat(args, prefix=""):
+        out = {}
+        for k, v in vars(args).items():
+            out.update(flat(v, f"{prefix}{k}.") if hasattr(v, "__dict__") else {f"{prefix}{k}": v})
+        return out
+
+    for method in ("copo", "grpo", "dapo", "rl_zvp"):
+        run_dir = tmp_path / f"{method}-seed2"
+        old = flat(load_args(committed(method, 2, run_dir)))
+        new = flat(load_args(lc.run_argv(method, 2, 6, 3, "model", tmp_path / "train.jsonl", tmp_path / "test.jsonl",
+                                         run_dir)))
+        differ = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+        assert differ == {"logger.tensorboard_dir"}, {k: (old.get(k), new.get(k)) for k in differ}
+
+
 def _write_run(out: Path, method: str, seed: int, evals, steps, outcomes=None):
     """A run's metrics file: ``evals`` as (step, greedy accuracy, mean@2), ``steps`` as step rows, ``outcomes``
     the final evaluation's greedy verdicts."""

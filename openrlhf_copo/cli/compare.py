@@ -1,0 +1,88 @@
+"""`python -m openrlhf_copo.cli.compare`: a paired comparison of advantage methods on your model and data.
+
+    python -m openrlhf_copo.cli.compare --model Qwen/Qwen2.5-3B-Instruct --train_data train.jsonl \\
+        --eval_data test.jsonl --methods grpo copo ngrpo rl_zvp --seeds 0 1 --samples_per_prompt 6 \\
+        --prompts_per_step 512 --steps 100 --lr 1e-6 --out runs/compare -- \\
+        --actor.num_nodes 2 --actor.num_gpus_per_node 8 --vllm.num_engines 8 --rollout.max_new_tokens 4096
+
+Each (method, seed) is one `train_ppo_ray` run with the same flags but the method's (`openrlhf_copo.compare`);
+everything after `--` goes to every run as it is. Runs are resumable: a finished run is kept, so the same command
+goes on where it stopped. The report (`report.md`, `report.json` under --out) gives each method minus GRPO on the
+same held-out prompts, per seed and over seeds with a 95% interval, and what each method's runs saw at their first
+step. Run on the CPU only so far (the tiny model in tests/test_compare.py); not on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from openrlhf_copo import compare
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m openrlhf_copo.cli.compare",
+                                description="Paired comparison of advantage methods (one train_ppo_ray run per "
+                                            "method and seed); flags after -- go to every run.")
+    d = compare.Setting(model="", train=Path(), test=Path())
+    p.add_argument("--model", required=True, help="HF model folder or name (--actor.model_name_or_path)")
+    p.add_argument("--start_checkpoint", default=None,
+                   help="an HF model folder to start every run from instead of --model (e.g. a policy trained before)")
+    p.add_argument("--train_data", type=Path, required=True, help="training prompts, JSON lines")
+    p.add_argument("--eval_data", type=Path, required=True, help="held-out prompts, JSON lines")
+    p.add_argument("--input_key", default=d.input_key)
+    p.add_argument("--label_key", default=d.label_key)
+    p.add_argument("--reward", default=d.reward, help="reward file (--reward.remote_url); default: math_reward.py")
+    p.add_argument("--methods", nargs="+", default=["grpo", "copo"], choices=list(compare.METHODS),
+                   help=f"the methods; each is compared with {compare.BASELINE} (run it too)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="--train.seed of each run")
+    p.add_argument("--samples_per_prompt", type=int, default=d.samples_per_prompt, help="G")
+    p.add_argument("--prompts_per_step", type=int, default=d.prompts_per_step)
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--eval_every", type=int, default=d.eval_every)
+    p.add_argument("--device", default=d.device, choices=["auto", "cuda", "cpu"], help="--copo.device of every run")
+    p.add_argument("--out", type=Path, required=True, help="one folder per run, and the report")
+    p.add_argument("--report_only", action="store_true", help="run nothing: the report of the finished runs")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    extra: List[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    args = parser().parse_args(argv)
+    if compare.BASELINE not in args.methods:
+        parser().error(f"--methods must include {compare.BASELINE}: every method is compared with it")
+    setting = compare.Setting(
+        model=args.model, start=args.start_checkpoint, train=args.train_data, test=args.eval_data,
+        samples_per_prompt=args.samples_per_prompt, prompts_per_step=args.prompts_per_step, steps=args.steps,
+        lr=args.lr, eval_every=args.eval_every, reward=args.reward, input_key=args.input_key,
+        label_key=args.label_key, device=args.device, extra=extra)
+    # the baseline first: its run of each seed makes the seed's step-0 evaluation
+    methods = [compare.BASELINE] + [m for m in args.methods if m != compare.BASELINE]
+    if args.report_only:
+        infos = [json.loads((compare.run_dir(args.out, m, s) / "done.json").read_text())
+                 for s in args.seeds for m in methods if (compare.run_dir(args.out, m, s) / "done.json").exists()]
+    else:
+        infos = compare.run_all(setting, methods, args.seeds, args.out)
+    if not infos:
+        raise SystemExit(f"no finished run under {args.out}")
+    result = compare.report(args.out, infos)
+    text = compare.markdown(result)
+    (args.out / "report.md").write_text(text + "\n")
+    (args.out / "report.json").write_text(json.dumps({"setting": {**vars(setting), "train": str(setting.train),
+                                                                  "test": str(setting.test)},
+                                                      "methods": {m: compare.METHODS[m] for m in methods},
+                                                      "paired_flags": compare.PAIRED, **result}, indent=1))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

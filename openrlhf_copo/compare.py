@@ -1,0 +1,295 @@
+"""Paired comparison of advantage methods on one model and data set: `python -m openrlhf_copo.cli.compare`.
+
+    runs (method x seed, resumable)  ->  each run's metrics file  ->  each method minus GRPO, paired, over seeds
+
+Every run is `python -m openrlhf_copo.cli.train_ppo_ray` with the same flags but the method's (`METHODS`), and the
+flags that make runs of one seed comparable (`PAIRED`): the same start weights, the same prompts in the same order
+(`--copo.same_pipeline` puts OpenRLHF's own estimators, DAPO's, on the same seeded prompt order), the same first
+rollout batch (`--copo.seeded_rollouts`), and an evaluation after the last step (`--copo.eval_after_train`) on the
+same held-out prompts, decoded greedily, whose per-prompt verdicts (`--copo.eval_greedy`) are compared prompt by
+prompt. The step-0 evaluation is the same model on the same prompts for every method of a seed: the seed's first
+run makes it, and the others share it.
+
+A method's difference from the baseline (GRPO) is, per seed, the mean of the per-prompt differences of the final
+greedy verdicts; over seeds, their mean with a 95% t-interval over seeds (training randomness included). What
+each run saw at its first step (the share of zero-variance groups, of all-incorrect ones, of responses with a
+gradient) is reported beside it: the regime the comparison was made in.
+
+The CPU benchmark's settings are presets of this (benchmarks/learning_curve.py); on a GPU cluster the same tool
+takes your model, data, G, prompts per step, steps, learning rate, start checkpoint and any OpenRLHF flag. It has
+run on the CPU only (the tiny model in tests/test_compare.py, SmolLM2 in the benchmark); not on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from openrlhf_copo.contract import PROMPTS_CONSUMED
+
+#: Each method's flags: everything else of a run is the same for every method.
+METHODS: Dict[str, List[str]] = {
+    "grpo": ["--advantage_estimator", "copo", "--copo.mode", "grpo"],
+    "copo": ["--advantage_estimator", "copo"],
+    # OpenRLHF's own group_norm with dynamic filtering (all-equal groups dropped and replaced by later prompts, so
+    # DAPO makes fewer steps from the same prompts) and clip-higher; COPO refuses dynamic filtering
+    "dapo": ["--advantage_estimator", "group_norm", "--algo.dynamic_filtering_enable",
+             "--actor.eps_clip_low_high", "0.2", "0.28"],
+    "go_only": ["--advantage_estimator", "go_only"],
+    # COPO without any loss on all-incorrect prompts / GRPO plus the global term alone on them (issue 31)
+    "copo_selective": ["--advantage_estimator", "copo_selective"],
+    "go_selective": ["--advantage_estimator", "go_selective"],
+    # the global term only where all responses agree on correctness, the local term alone elsewhere
+    "copo_gated": ["--advantage_estimator", "copo_gated"],
+    # COPO-Selective with rho 0.5: at G = 4 every mixed split keeps w_local ~ 1, so the global term acts on
+    # all-correct prompts alone (`rho_keeping_every_split` gives the rho for another G)
+    "copo_selective_rho05": ["--advantage_estimator", "copo_selective", "--copo.rho", "0.5"],
+    # the same at G = 6: rho 0.4 keeps 5+1 (0.650 bits) at w_local 0.993 (`rho_keeping_every_split(6)`: 0.42)
+    "copo_selective_rho04": ["--advantage_estimator", "copo_selective", "--copo.rho", "0.4"],
+    # sequence-mean aggregation (the released code's seq-mean-token-mean) for COPO and for GRPO, its control
+    "copo_seqmean": ["--advantage_estimator", "copo", "--actor.loss_agg_mode", "seq-mean-token-mean"],
+    "grpo_seqmean": ["--advantage_estimator", "copo", "--copo.mode", "grpo", "--actor.loss_agg_mode",
+                     "seq-mean-token-mean"],
+    # the field's other answers to zero-variance groups, each with its paper's clip range
+    "ngrpo": ["--advantage_estimator", "ngrpo", "--actor.eps_clip_low_high", "0.16", "0.24"],
+    "rl_zvp": ["--advantage_estimator", "rl_zvp", "--actor.entropy_coef", "0", "--actor.eps_clip_low_high", "0.2",
+               "0.28"],
+    "dr_grpo": ["--advantage_estimator", "copo", "--copo.mode", "dr_grpo"],
+    # the authors' released COPO (their run_copo.sh: soft-with-zero, gamma 5, rho 1, their conventions)
+    "copo_released": ["--advantage_estimator", "copo", "--copo.gamma", "5", "--copo.rho", "1", "--copo.zero_control",
+                      "response", "--copo.incorrect", "reward", "--copo.std", "unbiased", "--copo.answer_buckets",
+                      "string", "--actor.dual_clip", "3", "--actor.loss_agg_mode", "seq-mean-token-mean"],
+}
+
+#: Flags of every run: the same draws from the same weights, the same pipeline for OpenRLHF's own estimators, an
+#: evaluation at the end of every run, and the loss terms' pushes (the mechanism's diagnostics).
+PAIRED = ["--copo.seeded_rollouts", "--copo.eval_after_train", "--copo.same_pipeline", "--copo.push_metrics"]
+
+#: What every method is compared with.
+BASELINE = "grpo"
+
+#: Two-sided 95% quantiles of Student's t by degrees of freedom (1-10); 1.96 beyond.
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+#: What the report reads of a run's first step: the regime it started in.
+FIRST_STEP_KEYS = ("copo_zero_std", "copo_all_incorrect", "copo_all_correct", "copo_signal_grpo", "copo_signal_copo",
+                   "copo_correct")
+
+
+@dataclass
+class Setting:
+    """One comparison: the model and data, the sizes, and the OpenRLHF flags every run shares."""
+
+    model: str
+    train: Path
+    test: Path
+    samples_per_prompt: int = 6
+    prompts_per_step: int = 8
+    steps: int = 10
+    lr: float = 1e-6
+    eval_every: int = 5
+    #: An HF model folder to start from instead of ``model`` (a policy trained before, for a plateau).
+    start: Optional[str] = None
+    reward: str = str(Path(__file__).resolve().parent / "rewards" / "math_reward.py")
+    input_key: str = "prompt"
+    label_key: str = "label"
+    device: str = "auto"
+    #: Any other train_ppo_ray flags, after the tool's own (so they win): engines, GPUs, lengths, ZeRO, ...
+    extra: List[str] = field(default_factory=list)
+
+
+def rho_keeping_every_split(G: int, gamma: float = 20.0, base: float = 2.0, w_min: float = 0.99) -> float:
+    """The largest rho (to 0.01) at which every mixed answer split of G responses keeps w_local >= ``w_min``:
+    below the entropy of the most lopsided split, (G-1)+1, by what the sigmoid of sharpness ``gamma`` needs
+    (ln(w_min / (1 - w_min)) / gamma = 0.23 at 0.99 and gamma 20). At G = 4 (3+1 at 0.811 bits) that is 0.58; at
+    G = 6 (5+1 at 0.650 bits) 0.42."""
+    h = -((G - 1) / G * math.log((G - 1) / G, base) + 1 / G * math.log(1 / G, base))
+    return math.floor((h - math.log(w_min / (1 - w_min)) / gamma) * 100) / 100
+
+
+def run_dir(out: Path, method: str, seed: int) -> Path:
+    return out / f"{method}-seed{seed}"
+
+
+def train_file(setting: Setting, out: Path) -> Path:
+    """The run's prompts: exactly steps x prompts per step (OpenRLHF's --data.max_samples would also cap the held-out
+    set). The given file when it has no more rows than that, else its first rows, written once under ``out``."""
+    from openrlhf_copo.files import jsonl_rows
+
+    need = setting.steps * setting.prompts_per_step
+    rows = [line for _, line in jsonl_rows(Path(setting.train))]
+    if len(rows) < need:
+        raise SystemExit(f"{setting.train}: {len(rows)} prompts, fewer than --steps {setting.steps} x "
+                         f"--prompts_per_step {setting.prompts_per_step} = {need}")
+    if len(rows) == need:
+        return Path(setting.train)
+    cut = out / f"train-first{need}.jsonl"
+    if not cut.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        cut.write_text("".join(json.dumps(r) + "\n" for r in rows[:need]))
+    return cut
+
+
+def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: Path, step0: bool) -> List[str]:
+    """The train_ppo_ray command line of one run: the method's flags, the paired flags, the setting's, then
+    ``setting.extra`` (which wins over what precedes it), then the seed."""
+    P, G = setting.prompts_per_step, setting.samples_per_prompt
+    scratch = directory / "scratch"  # checkpoints, the final model, tensorboard: deleted after the run
+    base = [
+        "--actor.model_name_or_path", setting.start or setting.model,
+        "--reward.remote_url", str(setting.reward),
+        "--data.prompt_dataset", str(train), "--data.input_key", setting.input_key,
+        "--data.label_key", setting.label_key, "--data.apply_chat_template",
+        "--rollout.batch_size", str(P), "--rollout.n_samples_per_prompt", str(G), "--train.batch_size", str(P * G),
+        "--eval.dataset", str(setting.test), "--eval.steps", str(setting.eval_every), "--copo.eval_greedy",
+        "--actor.adam.lr", str(setting.lr), "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
+        "--algo.kl.use_loss", "--algo.kl.init_coef", "0",
+        "--train.num_episodes", "1", "--train.max_epochs", "1",
+        "--ckpt.save_steps", "-1", "--ckpt.path", str(scratch / "ckpt"), "--ckpt.output_dir", str(scratch / "model"),
+        "--logger.logging_steps", "1", "--copo.metrics_file", str(directory / "metrics.jsonl"),
+        "--copo.device", setting.device,
+    ]
+    argv = METHODS[method] + PAIRED + base + list(setting.extra) + ["--train.seed", str(seed)]
+    if step0 and "--copo.eval_before_train" not in argv:
+        argv.append("--copo.eval_before_train")
+    if not step0:  # the step-0 evaluation is the same model on the same prompts: made once per seed
+        argv = [a for a in argv if a != "--copo.eval_before_train"]
+    return argv
+
+
+def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool,
+            argv_for=None) -> dict:
+    """One run, unless it finished before (its `done.json`): a rerun resumes the comparison where it stopped.
+    ``argv_for(method, seed, directory, step0)`` overrides `run_argv` (a preset's own command line)."""
+    directory = run_dir(out, method, seed)
+    metrics, marker = directory / "metrics.jsonl", directory / "done.json"
+    if marker.exists() and metrics.exists():
+        return json.loads(marker.read_text())
+    if directory.exists():
+        for p in directory.glob("*"):
+            if p.is_file():
+                p.unlink()
+    directory.mkdir(parents=True, exist_ok=True)
+    argv = (argv_for(method, seed, directory, step0) if argv_for is not None
+            else run_argv(setting, method, seed, directory, train_file(setting, out), step0))
+    t0 = time.time()
+    with open(directory / "train.log", "w") as log:
+        rc = subprocess.call([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], stdout=log,
+                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    wall = time.time() - t0
+    import shutil
+
+    shutil.rmtree(directory / "scratch", ignore_errors=True)
+    if rc != 0:
+        raise SystemExit(f"[{method} seed {seed}] failed (exit {rc}); log: {directory / 'train.log'}")
+    info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1)}
+    marker.write_text(json.dumps(info))
+    return info
+
+
+def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path, argv_for=None) -> List[dict]:
+    """Every (method, seed), seed by seed; the first method of a seed makes its step-0 evaluation."""
+    from tqdm import tqdm
+
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise SystemExit(f"unknown method(s) {unknown}: choose from {', '.join(METHODS)}")
+    plan = [(m, s, i == 0) for s in seeds for i, m in enumerate(methods)]
+    infos = []
+    for method, seed, step0 in tqdm(plan, desc="runs", unit="run"):
+        info = run_one(setting, method, seed, out, step0, argv_for)
+        infos.append(info)
+        tqdm.write(f"[{method} seed {seed}] done in {info['wall_seconds'] / 60:.1f} min")
+    return infos
+
+
+def mean_se(values: Sequence[float]) -> tuple:
+    """(mean, standard error) of the finite ``values``; NaN where there are none (SE: where fewer than 2)."""
+    values = [v for v in values if v == v]
+    if not values:
+        return float("nan"), float("nan")
+    m = sum(values) / len(values)
+    if len(values) < 2:
+        return m, float("nan")
+    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
+    return m, math.sqrt(var / len(values))
+
+
+def paired_over_seeds(final: Dict[tuple, dict], a: str, b: str) -> Optional[dict]:
+    """``a`` minus ``b`` at the final evaluation, over the seeds both ran: per seed the paired difference of the
+    per-prompt greedy verdicts (`evaluation.metrics.paired_difference`), then their mean with a 95% t-interval over
+    seeds (with one seed, the prompt-level interval of that seed). ``final``: (method, seed) -> an evaluation point
+    with its ``outcomes``."""
+    from openrlhf_copo.evaluation.metrics import paired_difference
+
+    seeds = sorted(s for m, s in final if m == b and (a, s) in final)
+    per_seed = [{"seed": s, **paired_difference(final[(b, s)]["outcomes"], final[(a, s)]["outcomes"])}
+                for s in seeds]
+    if not per_seed:
+        return None
+    mean, se = mean_se([p["gain"] for p in per_seed])
+    half = T975.get(len(per_seed) - 1, 1.96) * se if len(per_seed) > 1 else 1.96 * per_seed[0]["se"]
+    return {"per_seed": per_seed, "mean": mean, "ci95": (mean - half, mean + half)}
+
+
+def read_run(out: Path, info: dict) -> dict:
+    """A finished run's evaluations (step, greedy accuracy, per-prompt verdicts) and its first step's regime."""
+    from openrlhf_copo.cpu_demo.job import eval_rows, greedy, read_metrics, train_rows
+
+    rows = read_metrics(run_dir(out, info["method"], info["seed"]) / "metrics.jsonl")
+    evals = []
+    for r in eval_rows(rows):
+        accuracy, se, outcomes = greedy(r)
+        evals.append({"step": r["step"], "greedy": accuracy, "greedy_se": se, "outcomes": outcomes})
+    steps = train_rows(rows)
+    first = {k: steps[0].get(k) for k in FIRST_STEP_KEYS} if steps else {}
+    return {**info, "evals": evals, "first_step": first, "steps": len(steps),
+            "prompts_consumed": steps[-1].get(PROMPTS_CONSUMED) if steps else None}
+
+
+def report(out: Path, infos: List[dict], baseline: str = BASELINE) -> dict:
+    """Per method: its runs' final greedy accuracy, its paired difference from ``baseline`` over seeds, and what its
+    runs saw at their first step."""
+    runs = [read_run(out, i) for i in infos]
+    final = {(r["method"], r["seed"]): r["evals"][-1] for r in runs if r["evals"] and r["evals"][-1]["outcomes"]}
+    table = {}
+    for method in dict.fromkeys(r["method"] for r in runs):
+        mine = [r for r in runs if r["method"] == method and r["evals"]]
+        table[method] = {
+            "seeds": sorted(r["seed"] for r in mine),
+            "final": mean_se([r["evals"][-1]["greedy"] for r in mine]),
+            "minus_baseline": paired_over_seeds(final, method, baseline) if method != baseline else None,
+            "first_step": {k: mean_se([r["first_step"].get(k) if r["first_step"].get(k) is not None else float("nan")
+                                       for r in mine])[0] for k in FIRST_STEP_KEYS},
+            "machine_hours": sum(r["wall_seconds"] for r in mine) / 3600,
+        }
+    return {"baseline": baseline, "table": table}
+
+
+def markdown(result: dict) -> str:
+    """The report as a table: one row per method."""
+    base = result["baseline"]
+    lines = [f"| method | seeds | final greedy (mean +- SE) | minus {base}, paired (95% CI over seeds) | "
+             "zero-variance groups at step 1 | all-incorrect | responses with a gradient | machine-hours |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def share(v):
+        return "-" if v != v else f"{v:.2f}"
+
+    for method, row in result["table"].items():
+        m, se = row["final"]
+        diff = row["minus_baseline"]
+        cell = ("(baseline)" if method == base else "-" if diff is None else
+                f"{diff['mean']:+.3f} [{diff['ci95'][0]:+.3f}, {diff['ci95'][1]:+.3f}]")
+        first = row["first_step"]
+        lines.append(f"| {method} | {len(row['seeds'])} | {m:.3f} +- {se:.3f} | {cell} | "
+                     f"{share(first['copo_zero_std'])} | {share(first['copo_all_incorrect'])} | "
+                     f"{share(first['copo_signal_copo'])} | {row['machine_hours']:.2f} |")
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""`python -m openrlhf_copo.cli.compare` end to end on the CPU: two methods, one seed, one step each, through the real
+Ray pipeline with the tiny random model, as a user would run it on their own model and data (the GPU path of the
+same command has not been run)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from openrlhf_copo.cpu_demo.models import tiny_qwen2
+from tests_support import REPO, write_prompts
+
+#: The OpenRLHF flags a user hands every run after `--`: here, the tiny model's CPU sizes.
+CPU_FLAGS = ["--rollout.micro_batch_size", "4", "--train.micro_batch_size", "4", "--rollout.max_new_tokens", "16",
+             "--data.max_len", "160", "--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1",
+             "--vllm.sync_backend", "gloo", "--vllm.enforce_eager", "--ds.zero_stage", "0",
+             "--ds.attn_implementation", "sdpa", "--copo.eval_sampled_prompts", "2"]
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("compare")
+    model = tiny_qwen2(tmp / "tiny-model")
+    write_prompts(tmp / "train.jsonl", 5)  # more than the run's 1 step x 2 prompts: the tool takes the first 2
+    # held-out prompts unlike the training ones (a seeded engine counts draws per prompt: a step-0 evaluation sampling
+    # a training prompt would shift that prompt's later draws in the one run that made it)
+    write_prompts(tmp / "test.jsonl", 8)
+    held_out = (tmp / "test.jsonl").read_text().splitlines()[4:]
+    (tmp / "test.jsonl").write_text("\n".join(held_out) + "\n")
+    cmd = [sys.executable, "-m", "openrlhf_copo.cli.compare", "--model", "not-a-model",
+           "--start_checkpoint", model, "--train_data", str(tmp / "train.jsonl"), "--eval_data", str(tmp / "test.jsonl"),
+           "--reward", str(REPO / "tests" / "fixtures" / "parity_reward.py"), "--methods", "grpo", "copo",
+           "--seeds", "0", "--samples_per_prompt", "4", "--prompts_per_step", "2", "--steps", "1", "--eval_every", "1",
+           "--lr", "3e-3", "--out", str(tmp / "out"), "--", *CPU_FLAGS]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env)
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    return tmp / "out", first, again
+
+
+def test_both_runs_finish_from_the_start_checkpoint_on_the_same_first_batch(compared):
+    out, first, _ = compared
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    steps = {}
+    for method in ("grpo", "copo"):
+        rows = [json.loads(x) for x in (out / f"{method}-seed0" / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows if r.get("eval")] == ([0, 1] if method == "grpo" else [1])
+        steps[method] = [r for r in rows if not r.get("eval")]
+        assert len(steps[method]) == 1
+        assert not (out / f"{method}-seed0" / "scratch").exists()  # checkpoints and the final model: deleted
+    # seeded rollouts: the same first rollout batch for both methods
+    assert steps["grpo"][0]["copo_correct"] == steps["copo"][0]["copo_correct"]
+    assert steps["grpo"][0]["copo_entropy"] == steps["copo"][0]["copo_entropy"]
+    assert len((out / "train-first2.jsonl").read_text().splitlines()) == 2
+
+
+def test_the_report_pairs_copo_with_grpo_and_a_rerun_resumes(compared):
+    out, first, again = compared
+    assert first.returncode == 0
+    report = json.loads((out / "report.json").read_text())
+    copo = report["table"]["copo"]
+    assert copo["seeds"] == [0] and copo["minus_baseline"]["per_seed"][0]["n"] == 4  # the 4 held-out prompts
+    low, high = copo["minus_baseline"]["ci95"]
+    assert low <= copo["minus_baseline"]["mean"] <= high
+    assert 0 <= copo["first_step"]["copo_zero_std"] <= 1
+    assert report["methods"]["copo"] == ["--advantage_estimator", "copo"]
+    text = (out / "report.md").read_text()
+    assert "| grpo | 1 |" in text and "(baseline)" in text and "| copo | 1 |" in text
+    # the same command again finds both runs finished and only writes the report
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.count("done in") == 2 and (out / "report.md").read_text() == text

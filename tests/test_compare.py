@@ -1,0 +1,99 @@
+"""`openrlhf_copo.compare`: each run's command line, the prompts it trains on, and the paired report, on small
+files written here (the whole tool through the real pipeline: tests/e2e/test_compare_cpu.py)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from openrlhf_copo import compare
+from openrlhf_copo.openrlhf_ext.config import attainable_blends
+from tests_support import REPO
+
+
+def test_the_rho_that_keeps_every_mixed_split():
+    """(G-1)+1 is the most lopsided split: H = -(5/6 log2 5/6 + 1/6 log2 1/6) = 0.650 bits at G = 6, 0.811 at G = 4;
+    w_local >= 0.99 needs H - rho >= ln(99) / 20 = 0.2298. So rho 0.42 at G = 6 and 0.58 at G = 4, and the
+    benchmark's copo_selective_rho04 keeps every split of 6 responses at w_local >= 0.99."""
+    assert compare.rho_keeping_every_split(6) == 0.42
+    assert compare.rho_keeping_every_split(4) == 0.58
+    rho = float(compare.METHODS["copo_selective_rho04"][-1])
+    mixed = [w for pattern, _, w in attainable_blends(6, 20.0, rho, 2.0) if len(pattern) > 1]
+    assert min(mixed) == pytest.approx(1 / (1 + 2.718281828 ** (-20 * (0.6500224 - 0.4))), rel=1e-4)
+    assert min(mixed) > 0.99
+
+
+def setting(tmp_path, **kw):
+    return compare.Setting(model="base-model", train=tmp_path / "train.jsonl", test=tmp_path / "test.jsonl", **kw)
+
+
+def test_each_run_is_the_method_the_paired_flags_the_setting_then_the_users_flags(load_args, tmp_path):
+    s = setting(tmp_path, samples_per_prompt=6, prompts_per_step=8, steps=3, lr=2e-6, eval_every=2,
+                start=str(tmp_path / "plateau-start"), extra=["--rollout.max_new_tokens", "512", "--actor.adam.lr", "5e-7"])
+    argv = compare.run_argv(s, "ngrpo", 3, tmp_path / "ngrpo-seed3", tmp_path / "train.jsonl", step0=True)
+    a = load_args(argv)
+    assert a.algo.advantage.estimator == "ngrpo" and tuple(a.actor.eps_clip_low_high) == (0.16, 0.24)
+    assert a.copo.seeded_rollouts and a.copo.eval_after_train and a.copo.same_pipeline and a.copo.push_metrics
+    assert a.copo.eval_greedy and a.copo.eval_before_train and a.train.seed == 3
+    assert a.actor.model_name_or_path == str(tmp_path / "plateau-start")  # the start checkpoint, not the model
+    assert (a.rollout.batch_size, a.rollout.n_samples_per_prompt, a.train.batch_size) == (8, 6, 48)
+    assert a.rollout.max_new_tokens == 512 and a.actor.adam.lr == 5e-7  # the user's flags win
+    assert a.copo.metrics_file == str(tmp_path / "ngrpo-seed3" / "metrics.jsonl")
+    assert a.ckpt.save_steps == -1 and Path(a.ckpt.output_dir).parent.name == "scratch"
+    later = load_args(compare.run_argv(s, "dapo", 3, tmp_path / "dapo-seed3", tmp_path / "train.jsonl", step0=False))
+    assert not later.copo.eval_before_train  # the seed's step-0 evaluation is made once
+    assert later.algo.advantage.estimator == "group_norm" and later.copo.same_pipeline
+
+
+def test_the_runs_train_on_exactly_their_prompts(tmp_path):
+    rows = [{"prompt": f"q{i}", "label": str(i)} for i in range(10)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cut = compare.train_file(setting(tmp_path, prompts_per_step=3, steps=2), tmp_path / "out")
+    assert [json.loads(x)["prompt"] for x in cut.read_text().splitlines()] == ["q0", "q1", "q2", "q3", "q4", "q5"]
+    assert compare.train_file(setting(tmp_path, prompts_per_step=5, steps=2), tmp_path / "out") == tmp_path / "train.jsonl"
+    with pytest.raises(SystemExit, match="10 prompts, fewer than --steps 4 x --prompts_per_step 3 = 12"):
+        compare.train_file(setting(tmp_path, prompts_per_step=3, steps=4), tmp_path / "out")
+
+
+def write_run(out: Path, method: str, seed: int, outcomes: str, first_step: dict, hours: float = 0.1) -> dict:
+    d = compare.run_dir(out, method, seed)
+    d.mkdir(parents=True)
+    rows = [{"step": 0, "eval": 1, "eval_x_greedy": 0.5, "eval_x_greedy_outcomes": "0101"},
+            {"step": 1, **first_step},
+            {"step": 1, "eval": 1, "eval_x_greedy": outcomes.count("1") / 4, "eval_x_greedy_outcomes": outcomes}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    info = {"method": method, "seed": seed, "wall_seconds": hours * 3600}
+    (d / "done.json").write_text(json.dumps(info))
+    return info
+
+
+def test_the_report_pairs_each_method_with_grpo_prompt_by_prompt_and_over_seeds(tmp_path):
+    """Two seeds, 4 held-out prompts. COPO - GRPO per prompt: seed 0 (1100 - 1000) = [0, 1, 0, 0], gain 0.25;
+    seed 1 (1110 - 0110) = [1, 0, 0, 0], gain 0.25; seed-level mean 0.25, SE 0: interval [0.25, 0.25]. NGRPO, seed 0
+    only (0000 - 1000 = [-1, 0, 0, 0]): gain -0.25, std 0.5 (ddof 1), prompt-level SE 0.25, interval -0.25 +- 1.96 x
+    0.25. GRPO's final accuracy: 0.25 and 0.5, mean 0.375, SE 0.125."""
+    first = {"copo_zero_std": 0.75, "copo_all_incorrect": 0.5, "copo_signal_copo": 0.25}
+    infos = [write_run(tmp_path, "grpo", 0, "1000", first), write_run(tmp_path, "copo", 0, "1100", first),
+             write_run(tmp_path, "ngrpo", 0, "0000", first), write_run(tmp_path, "grpo", 1, "0110", first),
+             write_run(tmp_path, "copo", 1, "1110", {**first, "copo_zero_std": 0.25})]
+    result = compare.report(tmp_path, infos)
+    copo = result["table"]["copo"]
+    assert copo["minus_baseline"]["mean"] == pytest.approx(0.25) and copo["minus_baseline"]["ci95"] == \
+        pytest.approx((0.25, 0.25))
+    assert [p["gain"] for p in copo["minus_baseline"]["per_seed"]] == pytest.approx([0.25, 0.25])
+    assert copo["first_step"]["copo_zero_std"] == pytest.approx(0.5)  # (0.75 + 0.25) / 2
+    assert copo["final"][0] == pytest.approx((0.5 + 0.75) / 2)
+    ngrpo = result["table"]["ngrpo"]["minus_baseline"]
+    assert ngrpo["mean"] == pytest.approx(-0.25) and ngrpo["ci95"] == pytest.approx((-0.25 - 1.96 * 0.25,
+                                                                                     -0.25 + 1.96 * 0.25))
+    text = compare.markdown(result)
+    assert "| grpo | 2 | 0.375 +- 0.125 | (baseline) | 0.75 | 0.50 | 0.25 | 0.20 |" in text
+    assert "| copo | 2 | 0.625 +- 0.125 | +0.250 [+0.250, +0.250] | 0.50 |" in text
+
+
+def test_the_cli_refuses_a_comparison_without_the_baseline(tmp_path, capsys):
+    from openrlhf_copo.cli import compare as cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["--model", "m", "--train_data", "t", "--eval_data", "e", "--out", str(tmp_path), "--methods", "copo"])
+    assert "--methods must include grpo" in capsys.readouterr().err
