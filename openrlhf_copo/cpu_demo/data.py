@@ -41,7 +41,8 @@ from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 from openrlhf_copo.files import atomic_path
 from openrlhf_copo.rewards.verifier import label_parses
 
-__all__ = ["INSTRUCTION", "FINAL_NUMBER_INSTRUCTION", "EASY_TASKS", "ARITHMETIC_TASKS", "make_math_prompts",
+__all__ = ["INSTRUCTION", "FINAL_NUMBER_INSTRUCTION", "EASY_TASKS", "ARITHMETIC_TASKS", "HARD_ARITHMETIC_TASKS",
+           "make_math_prompts",
            "make_arithmetic_prompts", "main"]
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -84,6 +85,29 @@ def _add_two_digit(rng: random.Random) -> Tuple[str, int]:
 ARITHMETIC_TASKS: Dict[str, Callable[[random.Random], Tuple[str, int]]] = {
     "copy": _copy, "larger": _larger, "add": _add, "subtract": _subtract, "multiply": _multiply,
     "add_two_digit": _add_two_digit,
+}
+
+def _add_two_two_digit(rng: random.Random) -> Tuple[str, int]:
+    a, b = rng.randint(10, 49), rng.randint(10, 49)
+    return f"What is {a} + {b}?", a + b
+
+
+def _subtract_two_digit(rng: random.Random) -> Tuple[str, int]:
+    a, b = rng.randint(50, 99), rng.randint(10, 49)
+    return f"What is {a} - {b}?", a - b
+
+
+def _multiply_two_digit(rng: random.Random) -> Tuple[str, int]:
+    a, b = rng.randint(11, 19), rng.randint(2, 9)
+    return f"What is {a} * {b}?", a * b
+
+
+#: The `hard` regime's mix (issue 37): the arithmetic mix's hardest task and three harder ones, so that most groups of
+#: SmolLM2-135M-Instruct's answers are all incorrect at the start while a few are mixed. Its step-1 shares are
+#: measured by the benchmark's own first step (docs/benchmarks.md), not assumed here.
+HARD_ARITHMETIC_TASKS: Dict[str, Callable[[random.Random], Tuple[str, int]]] = {
+    "add_two_digit": _add_two_digit, "add_two_two_digit": _add_two_two_digit,
+    "subtract_two_digit": _subtract_two_digit, "multiply_two_digit": _multiply_two_digit,
 }
 
 #: reasoning-gym task name -> config overrides that make it easy and its answer a short number.
@@ -153,8 +177,11 @@ def make_math_prompts(
     return paths
 
 
-def make_arithmetic_prompts(out_dir: Path, n_train: int, n_test: int, seed: int = 0) -> Tuple[Path, Path]:
-    """Write the arithmetic mix's `train.jsonl` and `test.jsonl`; return their paths.
+def make_arithmetic_prompts(out_dir: Path, n_train: int, n_test: int, seed: int = 0,
+                            tasks: Dict[str, Callable[[random.Random], Tuple[str, int]]] = ARITHMETIC_TASKS,
+                            name: str = "arith") -> Tuple[Path, Path]:
+    """Write the arithmetic mix's `train.jsonl` and `test.jsonl` (or another mix's: ``tasks``, e.g.
+    `HARD_ARITHMETIC_TASKS` with ``name`` "hard"); return their paths.
 
     The tasks of `ARITHMETIC_TASKS` take turns, so every split holds them in equal shares. Each row
     has the demo's layout plus `datasource` ("arith", the name OpenRLHF's evaluation reports it under)
@@ -163,22 +190,22 @@ def make_arithmetic_prompts(out_dir: Path, n_train: int, n_test: int, seed: int 
     Raises ValueError if a task runs out of distinct questions (about 100 each at least).
     """
     out_dir = Path(out_dir)
-    rng = random.Random(f"arith:{seed}")  # str seeds hash with SHA-512: stable across runs and platforms
+    rng = random.Random(f"{name}:{seed}")  # str seeds hash with SHA-512: stable across runs and platforms
     wanted = n_train + n_test
     rows: List[dict] = []
     seen = set()
-    for task in itertools.cycle(ARITHMETIC_TASKS):
+    for task in itertools.cycle(tasks):
         if len(rows) == wanted:
             break
         for _ in range(1000):  # a question seen before is drawn again, so the tasks keep equal shares
-            question, answer = ARITHMETIC_TASKS[task](rng)
+            question, answer = tasks[task](rng)
             if question not in seen:
                 break
         else:
             raise ValueError(f"arithmetic task {task!r} has too few distinct questions for {wanted} rows")
         seen.add(question)
         rows.append({"prompt": [{"role": "user", "content": f"{question}\n\n{FINAL_NUMBER_INSTRUCTION}"}],
-                     "label": str(answer), "datasource": "arith", "task": task})
+                     "label": str(answer), "datasource": name, "task": task})
     paths = out_dir / "train.jsonl", out_dir / "test.jsonl"
     for path, split in zip(paths, (rows[n_test:], rows[:n_test])):
         with atomic_path(path) as tmp:

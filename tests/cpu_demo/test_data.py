@@ -159,3 +159,26 @@ def test_arithmetic_mix_is_deterministic_and_its_test_split_does_not_depend_on_n
     assert a[1].read_text() == b[1].read_text()
     assert a[0].read_text() == "".join(b[0].read_text().splitlines(keepends=True)[:30])
     assert a[1].read_text() != c[1].read_text()
+
+
+def test_the_hard_mix_rows_answers_and_shares(tmp_path):
+    """The `hard` regime's mix (issue 37): each label recomputed from its question, the four tasks in equal shares,
+    no question twice, the source named "hard"; the arithmetic mix's files do not change with it."""
+    import re
+
+    from openrlhf_copo.cpu_demo.data import HARD_ARITHMETIC_TASKS, make_arithmetic_prompts
+
+    train, test = make_arithmetic_prompts(tmp_path / "hard", 40, 20, seed=0, tasks=HARD_ARITHMETIC_TASKS, name="hard")
+    rows = _rows(train) + _rows(test)
+    for row in rows:
+        nums = [int(n) for n in re.findall(r"\d+", row["prompt"][0]["content"].split("\n\n")[0])]
+        op = {"add_two_digit": int.__add__, "add_two_two_digit": int.__add__, "subtract_two_digit": int.__sub__,
+              "multiply_two_digit": int.__mul__}[row["task"]]
+        assert row["label"] == str(op(*nums)) and row["datasource"] == "hard"
+    assert nums and all(int(r["label"]) >= 0 for r in rows)
+    counts = {t: sum(r["task"] == t for r in _rows(train)) for t in HARD_ARITHMETIC_TASKS}
+    assert set(counts.values()) == {10}
+    assert len({r["prompt"][0]["content"] for r in rows}) == 60
+    default = make_arithmetic_prompts(tmp_path / "a", 30, 12, seed=3)
+    again = make_arithmetic_prompts(tmp_path / "b", 30, 12, seed=3, name="arith")
+    assert default[0].read_text() == again[0].read_text()
