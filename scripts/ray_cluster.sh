@@ -47,6 +47,13 @@ start_node() {  # start_node <name> <ray start args...>
   }
 }
 
+# A free TCP port on 127.0.0.1. Each node's dashboard agent gets one: Ray's default (52365) is taken by any other Ray
+# on the machine (a local `train_ppo_ray` run, say), and the head's agent then cannot start, so `ray job submit`
+# answers "No available agent to submit job".
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 stop() {
   [ -f "$PGIDS" ] || { echo "ray_cluster.sh: no cluster started from $DIR"; return 0; }
   local pgid
@@ -76,10 +83,10 @@ case "${1:-}" in
     export RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=${RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT:-180}
     common=(--node-ip-address 127.0.0.1 --num-cpus "$CPUS" --disable-usage-stats --temp-dir "$DIR")
     start_node head --head --port "$PORT" --num-gpus "$HEAD_GPUS" --resources "{\"logical_gpu\": $HEAD_GPUS}" \
-      "${common[@]}" \
+      --dashboard-agent-listen-port "$(free_port)" "${common[@]}" \
       --include-dashboard true --dashboard-host 127.0.0.1 --dashboard-port "$DASHBOARD_PORT"
     start_node worker --address "127.0.0.1:$PORT" --num-gpus "$WORKER_GPUS" --resources "{\"logical_gpu\": $WORKER_GPUS}" \
-      "${common[@]}"
+      --dashboard-agent-listen-port "$(free_port)" "${common[@]}"
     echo "ray_cluster.sh: 2 nodes on 127.0.0.1 ($HEAD_GPUS + $WORKER_GPUS GPU slots, $CPUS CPUs each), logs in $DIR"
     echo "export RAY_ADDRESS=http://127.0.0.1:$DASHBOARD_PORT"
     ;;

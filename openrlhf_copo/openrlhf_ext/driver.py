@@ -74,12 +74,14 @@ def after_parse(args, *, check_inputs: Optional[bool] = None, warn=None) -> None
     adjustments), once per args. Raises `DriverError`.
 
     ``check_inputs`` off skips the resume guard, the preflight and the device decision (`load_args`: nothing is
-    read, written or asked of a cluster; args.copo.device stays as given); None: as `run_openrlhf_main` set it (on,
-    in a fork's own main)."""
+    read, written or asked of a cluster; args.copo.device stays as given); None (a fork's main): on, or left to the
+    CLI's `train` when the CLI runs that main."""
     if any(done is args for done in _STEPS_RAN_ON):
         return
     if check_inputs is None:
-        check_inputs = _CHECK_INPUTS.get()
+        if _RUN_BY_CLI.get():
+            return  # a fork's main run by the CLI: the CLI's `train` runs the steps right after this
+        check_inputs = True
     _STEPS_RAN_ON.append(args)
     problems = copo_problems(args)
     if problems:
@@ -156,6 +158,8 @@ def run_training(train, args, prog: str) -> None:
     """OpenRLHF's `train(args)`; if it raises, the run ends on one line (`end_run`)."""
     try:
         train(args)
+    except DriverError:
+        raise  # a refusal (the CLI's `train`, running the steps for a fork's main), not a failed run
     except Exception as e:  # a dead Ray worker, an out-of-memory, ...: the traceback, then one line
         end_run(e, args, prog)
 
@@ -196,9 +200,10 @@ class StopBeforeTraining(BaseException):
     passes the `except Exception` of `run_training` (a fork's main, run by `load_args`), as it is no failure."""
 
 
-#: False while `run_openrlhf_main` only loads the args (`load_args`): then `after_parse`, called without
-#: ``check_inputs`` (as a fork's main calls it), reads, writes and asks a cluster nothing.
-_CHECK_INPUTS = contextvars.ContextVar("openrlhf_copo_check_inputs", default=True)
+#: True while `run_openrlhf_main` runs a main: a fork's own call of `after_parse` (without ``check_inputs``) then
+#: leaves the steps to the CLI's `train`, which runs them at the same place, with its own settings and its one-line
+#: refusals.
+_RUN_BY_CLI = contextvars.ContextVar("openrlhf_copo_run_by_cli", default=False)
 
 
 def _is_main_test(node) -> bool:
@@ -261,7 +266,7 @@ def run_openrlhf_main(argv, captured: dict, *, prog: str, stop_before_training: 
             upstream.train(args)
 
     namespace["train"] = train
-    token = _CHECK_INPUTS.set(not stop_before_training)
+    token = _RUN_BY_CLI.set(True)
     saved_argv = sys.argv
     sys.argv = [prog, *argv]
     try:
@@ -274,7 +279,7 @@ def run_openrlhf_main(argv, captured: dict, *, prog: str, stop_before_training: 
         raise DriverError(_openrlhf_refusal(e, namespace.get("args"), upstream.__file__)) from None
     finally:
         sys.argv = saved_argv
-        _CHECK_INPUTS.reset(token)
+        _RUN_BY_CLI.reset(token)
     if "args" not in captured:
         raise DriverError(f"{upstream.__file__}: its main returned without calling train(args)")
 
