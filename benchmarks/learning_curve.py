@@ -147,10 +147,9 @@ def run_argv(method: str, seed: int, steps: int, eval_every: int, model: str, tr
 
 
 def run_one(method: str, seed: int, args, model: str, train: Path, test: Path) -> dict:
+    # the train file holds exactly the run's prompts, so the tool trains on it as it is (`compare.train_file`)
     info = compare.run_one(mixed_setting(args.steps, args.eval_every, model, train, test), method, seed, args.out,
-                           step0=method == REFERENCE,
-                           argv_for=lambda m, s, d, step0: run_argv(m, s, args.steps, args.eval_every, model, train,
-                                                                    test, d))
+                           step0=method == REFERENCE)
     rows = job.read_metrics(args.out / f"{method}-seed{seed}" / "metrics.jsonl")
     evals = job.eval_rows(rows)
     last = job.heldout(evals[-1]) if evals else (float("nan"),) * 3

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -164,10 +165,8 @@ def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: P
     return argv
 
 
-def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool,
-            argv_for=None) -> dict:
-    """One run, unless it finished before (its `done.json`): a rerun resumes the comparison where it stopped.
-    ``argv_for(method, seed, directory, step0)`` overrides `run_argv` (a preset's own command line)."""
+def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) -> dict:
+    """One run, unless it finished before (its `done.json`): a rerun resumes the comparison where it stopped."""
     directory = run_dir(out, method, seed)
     metrics, marker = directory / "metrics.jsonl", directory / "done.json"
     if marker.exists() and metrics.exists():
@@ -177,15 +176,12 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool,
             if p.is_file():
                 p.unlink()
     directory.mkdir(parents=True, exist_ok=True)
-    argv = (argv_for(method, seed, directory, step0) if argv_for is not None
-            else run_argv(setting, method, seed, directory, train_file(setting, out), step0))
+    argv = run_argv(setting, method, seed, directory, train_file(setting, out), step0)
     t0 = time.time()
     with open(directory / "train.log", "w") as log:
         rc = subprocess.call([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], stdout=log,
                              stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     wall = time.time() - t0
-    import shutil
-
     shutil.rmtree(directory / "scratch", ignore_errors=True)
     if rc != 0:
         raise SystemExit(f"[{method} seed {seed}] failed (exit {rc}); log: {directory / 'train.log'}")
@@ -194,7 +190,7 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool,
     return info
 
 
-def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path, argv_for=None) -> List[dict]:
+def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path) -> List[dict]:
     """Every (method, seed), seed by seed; the first method of a seed makes its step-0 evaluation."""
     from tqdm import tqdm
 
@@ -204,7 +200,7 @@ def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out:
     plan = [(m, s, i == 0) for s in seeds for i, m in enumerate(methods)]
     infos = []
     for method, seed, step0 in tqdm(plan, desc="runs", unit="run"):
-        info = run_one(setting, method, seed, out, step0, argv_for)
+        info = run_one(setting, method, seed, out, step0)
         infos.append(info)
         tqdm.write(f"[{method} seed {seed}] done in {info['wall_seconds'] / 60:.1f} min")
     return infos
