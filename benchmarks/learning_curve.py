@@ -107,36 +107,13 @@ STEP_KEYS = ("step", "copo_correct", "copo_zero_std", "copo_signal_grpo", "copo_
              "copo_correct_penalized", "dynamic_filtering_pass_rate",
              "response_length", "truncated", "copo_has_answer", "copo_token_surprisal", "copo_push_local_sq",
              "copo_push_global_sq", "copo_push_dot", PROMPTS_CONSUMED, "timing/step_total")
-#: The flags of the CPU demo's job (`job.default_argv`) that the comparison tool sets itself, per run.
-TOOL_FLAGS = ("--actor.model_name_or_path", "--data.prompt_dataset", "--eval.dataset", "--ckpt.path", "--ckpt.output_dir",
-              "--logger.tensorboard_dir", "--copo.metrics_file", "--ckpt.save_steps")
-
-
 def mixed_setting(steps: int, eval_every: int, model: str, train: Path, test: Path) -> compare.Setting:
     """The `mixed` preset: the CPU demo's job (SmolLM2-135M-Instruct, the arithmetic mix, the final-number 0/1
     reward, fp32) at G = 4 and ZeRO-2, the committed runs' settings (the demo's until it moved to ZeRO-0, the same
     update on one rank, and to G = 6), so that a resumed benchmark trains its remaining runs as it trained the others.
     The train file holds exactly the run's prompts (steps x prompts per step)."""
-    demo = job.default_argv(model, train, test, Path("unused"), "copo")[2:]  # the estimator is the method's
-    extra = []
-    i = 0
-    while i < len(demo):  # the demo's flags, less those the tool sets per run
-        if demo[i] in TOOL_FLAGS:
-            i += 2
-        elif demo[i] in ("--ckpt.load_enable", "--copo.eval_before_train"):
-            i += 1
-        else:
-            extra.append(demo[i])
-            i += 1
-    overrides = {"--eval.steps": str(eval_every), "--ds.zero_stage": "2",
-                 "--rollout.n_samples_per_prompt": str(SAMPLES_PER_PROMPT),
-                 "--train.batch_size": str(job.PROMPTS_PER_STEP * SAMPLES_PER_PROMPT), "--train.micro_batch_size": "8"}
-    for flag, value in overrides.items():
-        extra[extra.index(flag) + 1] = value
-    reward = demo[demo.index("--reward.remote_url") + 1]
-    return compare.Setting(model=model, train=train, test=test, samples_per_prompt=SAMPLES_PER_PROMPT,
-                           prompts_per_step=job.PROMPTS_PER_STEP, steps=steps, lr=job.LR, eval_every=eval_every,
-                           reward=reward, extra=extra)
+    return job.compare_setting(model, train, test, steps, eval_every, SAMPLES_PER_PROMPT,
+                               overrides={"--ds.zero_stage": "2", "--train.micro_batch_size": "8"})
 
 
 def run_argv(method: str, seed: int, steps: int, eval_every: int, model: str, train: Path, test: Path,

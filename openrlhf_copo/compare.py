@@ -54,6 +54,9 @@ METHODS: Dict[str, List[str]] = {
     "copo_selective_rho05": ["--advantage_estimator", "copo_selective", "--copo.rho", "0.5"],
     # the same at G = 6: rho 0.4 keeps 5+1 (0.650 bits) at w_local 0.993 (`rho_keeping_every_split(6)`: 0.42)
     "copo_selective_rho04": ["--advantage_estimator", "copo_selective", "--copo.rho", "0.4"],
+    # GRPO with the zero-variance groups' tokens out of the loss and its token-mean denominator (AGPO's loss mask):
+    # the control for what any method gains over GRPO only because dead groups shrink GRPO's token-mean step
+    "grpo_masked": ["--advantage_estimator", "copo", "--copo.mode", "grpo", "--copo.mask_zero_advantage"],
     # sequence-mean aggregation (the released code's seq-mean-token-mean) for COPO and for GRPO, its control
     "copo_seqmean": ["--advantage_estimator", "copo", "--actor.loss_agg_mode", "seq-mean-token-mean"],
     "grpo_seqmean": ["--advantage_estimator", "copo", "--copo.mode", "grpo", "--actor.loss_agg_mode",

@@ -101,6 +101,44 @@ def default_argv(model: str, train: Path, test: Path, run_dir: Path, estimator: 
     ]
 
 
+#: The demo job's flags (each with a value) that the comparison tool (`openrlhf_copo.compare.run_argv`) sets itself,
+#: per run or from its setting's fields.
+COMPARE_TOOL_FLAGS = ("--actor.model_name_or_path", "--data.prompt_dataset", "--eval.dataset", "--ckpt.path",
+                      "--ckpt.output_dir", "--logger.tensorboard_dir", "--copo.metrics_file", "--ckpt.save_steps",
+                      "--reward.remote_url", "--data.input_key", "--data.label_key", "--rollout.batch_size",
+                      "--rollout.n_samples_per_prompt", "--train.batch_size", "--eval.steps", "--actor.adam.lr")
+
+
+def compare_setting(model: str, train: Path, test: Path, steps: int, eval_every: int, samples_per_prompt: int,
+                    overrides: Optional[dict] = None, start: Optional[str] = None, lr: float = LR,
+                    prompts_per_step: int = PROMPTS_PER_STEP):
+    """This job as a setting of the comparison tool (`openrlhf_copo.compare.Setting`): the demo's flags less those the
+    tool sets itself, at G = ``samples_per_prompt`` (micro-batches of two groups), with ``overrides`` ({flag: value})
+    of the demo's other flags. The CPU benchmark's regimes are this with their data, sizes and start."""
+    from openrlhf_copo import compare
+
+    G, P = samples_per_prompt, prompts_per_step
+    demo = default_argv(model, train, test, Path("unused"), "copo")[2:]  # the estimator is the method's
+    extra: List[str] = []
+    i = 0
+    while i < len(demo):
+        if demo[i] in COMPARE_TOOL_FLAGS:
+            i += 2
+        elif demo[i] in ("--ckpt.load_enable", "--copo.eval_before_train"):
+            i += 1
+        else:
+            extra.append(demo[i])
+            i += 1
+    values = {"--train.micro_batch_size": str(2 * G), **(overrides or {})}
+    for flag, value in values.items():
+        if flag not in extra:
+            raise ValueError(f"{flag}: not a flag of the demo job (job.default_argv); pass it in Setting.extra")
+        extra[extra.index(flag) + 1] = value
+    reward = demo[demo.index("--reward.remote_url") + 1]
+    return compare.Setting(model=model, train=train, test=test, samples_per_prompt=G, prompts_per_step=P, steps=steps,
+                           lr=lr, eval_every=eval_every, reward=reward, start=start, extra=extra)
+
+
 def _pop_flag(argv: List[str], flag: str) -> Optional[str]:
     if flag in argv:
         i = argv.index(flag)

@@ -219,7 +219,15 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
             exp.info[TOKEN_SURPRISAL] = -(exp.action_log_probs.float() * mask).sum(1) / mask.sum(1).clamp(min=1)
     batch_constants.update(engine_metrics(experiences, args.train.seed))
 
+    # --copo.mask_zero_advantage (AGPO's loss mask): responses without any advantage leave the loss, and so the
+    # token count OpenRLHF divides the optimizer step's loss by (its normalizer reads the action masks). Where no
+    # response of the batch has one, the masks stay: the loss is 0 either way, and an empty step would divide by 0.
+    live = adv.has_signal.reshape(-1)[indices].split(exp_len) if args.copo.mask_zero_advantage else None
+    if live is not None and not adv.has_signal.any():
+        live = None
     for i, exp in enumerate(experiences):
+        if live is not None:
+            exp.action_mask = exp.action_mask & live[i].to(exp.action_mask.device).unsqueeze(1)
         mask = exp.action_mask.to(torch.float32)
         local = weighted_local[i].to(torch.float32)
         exp.advantages = local.unsqueeze(1) * mask

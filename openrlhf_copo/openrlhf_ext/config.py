@@ -90,6 +90,12 @@ class CopoSettings:
     zvp_alpha: float = _setting(DEFAULTS.zvp_alpha, "mode rl_zvp: alpha of the entropy-scaled advantage on zero-variance "
                                                     "prompts (RL-ZVP's Table 3: 0.1 best)",
                                 check=(lambda v: v > 0, "must be > 0"), core=True)
+    mask_zero_advantage: bool = _setting(False, "leave the tokens of every response whose advantage is 0 in both "
+                                                "terms (under grpo: the zero-variance groups) out of the loss and of its "
+                                                "token-mean denominator, so that dead groups do not shrink the step: "
+                                                "AGPO's loss mask (arXiv 2503.15952); needs one optimizer step per "
+                                                "rollout batch (--train.batch_size = rollout prompts x samples)",
+                                         resume=True)
     max_verify_failed: float = _setting(0.5, "stop the run when more than this share of a rollout step's answer "
                                              "checks failed (math-verify timed out, crashed, or cannot start on the "
                                              "reward node), instead of training on their zero rewards",
@@ -231,6 +237,12 @@ def copo_problems(args) -> List[str]:
                         f"OpenRLHF then trains each step on {generate} prompts, so COPO's global advantage would span "
                         f"{generate} prompts, not {args.rollout.batch_size}: leave it unset or set it to "
                         f"{args.rollout.batch_size}")
+    if args.copo.mask_zero_advantage and args.train.batch_size != args.rollout.batch_size * n:
+        # The mask changes the denominator of the optimizer step it falls in: with several steps per rollout batch, a
+        # step drawn from dead groups alone would divide by zero tokens.
+        problems.append(f"--copo.mask_zero_advantage needs one optimizer step per rollout batch: --train.batch_size "
+                        f"{args.train.batch_size} != --rollout.batch_size {args.rollout.batch_size} x "
+                        f"--rollout.n_samples_per_prompt {n} = {args.rollout.batch_size * n}")
     remote = args.reward.remote_url
     if not remote:
         problems.append("COPO needs each response's answer id from a reward function: set --reward.remote_url "

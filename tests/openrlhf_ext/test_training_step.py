@@ -183,3 +183,51 @@ def test_local_only_peers_train_all_incorrect_prompts_only_if_their_paper_does(l
     assert torch.stack(list(exp.info["copo_weighted_global_adv"])).abs().max().item() == 0
     status = trainer.training_step(exp, kl_ctl=0.0, step=0)
     assert status["metrics"]["actor_grad_norm"] > 0
+
+
+def test_masking_zero_advantage_responses_takes_dead_groups_out_of_the_token_mean(load_args, tiny_model_dir):
+    """--copo.mask_zero_advantage (AGPO's loss mask, issue 37's control): under GRPO the all-correct and all-incorrect
+    prompts leave the loss and its denominator. The loss through OpenRLHF's real training step is the clipped term's
+    token-mean over the two mixed prompts' tokens alone, which is GRPO's loss times all tokens / live tokens."""
+    args = load_args(copo_argv("--copo.mode", "grpo", "--copo.mask_zero_advantage", model=tiny_model_dir))
+    _, trainer = build_trainer(args)
+    exp_masked = micro_batch(args, trainer, MIXED_REWARDS, MIXED_IDS, old_logprob_shift=0.5)
+    args.copo.mask_zero_advantage = False  # the advantage step reads the trainer's args: the same batch unmasked
+    exp_plain = micro_batch(args, trainer, MIXED_REWARDS, MIXED_IDS, old_logprob_shift=0.5)
+    assert torch.equal(exp_plain.sequences, exp_masked.sequences)  # the same responses in the same order
+
+    all_tokens, live_tokens = exp_plain.action_mask.float(), exp_masked.action_mask.float()
+    live = exp_plain.advantages.abs().amax(1) > 0  # GRPO's signal: the responses of the two mixed prompts
+    assert int(live.sum()) == 8
+    assert torch.equal(live_tokens, all_tokens * live.float().unsqueeze(1))  # dead responses: every token masked
+    with torch.no_grad():
+        logp = trainer.actor(exp_plain.sequences, exp_plain.action_mask,
+                             attention_mask=exp_plain.attention_mask).float()
+    old = exp_plain.action_log_probs.float()
+    expected = clipped_term(logp, old, exp_plain.advantages.float(), live_tokens)  # the mean over live tokens
+    grpo = clipped_term(logp, old, exp_plain.advantages.float(), all_tokens)
+    assert expected.item() == pytest.approx(grpo.item() * all_tokens.sum().item() / live_tokens.sum().item(), rel=1e-5)
+
+    status = trainer.training_step(exp_masked, kl_ctl=0.0, step=0)
+    assert status["metrics"]["policy_loss"].item() == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
+    assert abs(expected.item() - grpo.item()) > 1e-4  # the denominator made a difference
+
+
+def test_masking_refuses_several_optimizer_steps_per_rollout_batch(load_args, capsys):
+    """With two optimizer steps per rollout batch, one step could hold dead groups alone: 0 tokens to divide by."""
+    with pytest.raises(SystemExit):
+        load_args(copo_argv("--copo.mode", "grpo", "--copo.mask_zero_advantage", "--train.batch_size", "8"))
+    assert ("--copo.mask_zero_advantage needs one optimizer step per rollout batch: --train.batch_size 8 != "
+            "--rollout.batch_size 4 x --rollout.n_samples_per_prompt 4 = 16") in capsys.readouterr().err
+
+
+def test_masking_a_batch_without_any_advantage_keeps_its_masks_and_loses_nothing(load_args, tiny_model_dir):
+    """Every prompt all correct or all incorrect: nothing is live, so the masks stay (an empty step would divide by 0
+    tokens): the loss is GRPO's 0, not NaN."""
+    args = load_args(copo_argv("--copo.mode", "grpo", "--copo.mask_zero_advantage", model=tiny_model_dir))
+    _, trainer = build_trainer(args)
+    exp = micro_batch(args, trainer, [[1] * 4, [0] * 4, [1] * 4, [0] * 4], [[5] * 4, [2, 3, 2, 3], [9] * 4, [1] * 4],
+                      old_logprob_shift=0.0)
+    assert exp.action_mask.sum() > 0
+    status = trainer.training_step(exp, kl_ctl=0.0, step=0)
+    assert status["metrics"]["policy_loss"].item() == 0 and status["metrics"]["actor_grad_norm"] == 0

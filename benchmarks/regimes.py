@@ -1,0 +1,106 @@
+"""Where GRPO stops learning (issue 37): the comparison tool's CPU regimes, run, screened and reported.
+
+    .venv/bin/python benchmarks/regimes.py probe --regime hard          # the regime's shares at step 1, 48 prompts
+    .venv/bin/python benchmarks/regimes.py run --regime hard --methods grpo copo --seeds 0 1
+    .venv/bin/python benchmarks/regimes.py report                       # every finished run of every regime
+
+Each regime is a preset of the comparison tool (`openrlhf_copo.compare`, `python -m openrlhf_copo.cli.compare`): the
+CPU demo's job (SmolLM2-135M-Instruct, the final-number 0/1 reward, fp32, ZeRO-0) at the paper's G = 6, with the
+data and start that put it where most groups agree:
+
+    hard      the hard arithmetic mix (`cpu_demo.data.HARD_ARITHMETIC_TASKS`), held-out prompts from the same mix
+    mixed     the learning-curve benchmark's setting (benchmarks/learning_curve.py, G = 4), kept as it is
+
+A regime is defined by what its runs measured at their first step (the share of zero-variance groups, of
+all-incorrect ones, of responses with a gradient), which the report prints beside its results. Runs are the
+tool's: resumable (a finished run is kept), one folder each under `benchmarks/results/regimes/<regime>/`, with its
+metrics file (every step and every per-prompt held-out verdict).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from openrlhf_copo import compare  # noqa: E402
+from openrlhf_copo.cpu_demo import job  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results" / "regimes"
+
+#: The paper's group size, every new regime's.
+G = 6
+#: Training steps of a run (prompts drawn: steps x the demo's 6 prompts per step).
+STEPS = 12
+#: The methods screened in every new regime (issue 37): GRPO, DAPO, the paper's COPO, the zero-variance peers,
+#: COPO-Selective at the rho that keeps every mixed split of 6 local, and the token-mean denominator control.
+SCREEN = ["grpo", "copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked"]
+#: Data version of each regime's generated prompts: a change of the mix changes it.
+DATA_VERSION = {"hard": "hard-v1"}
+
+
+def hard_data(steps: int = STEPS) -> tuple:
+    """(train, test) of the hard regime: steps x 6 prompts, and the demo's 480 held-out prompts, from the hard mix."""
+    from openrlhf_copo.cpu_demo.data import HARD_ARITHMETIC_TASKS, make_arithmetic_prompts
+    from openrlhf_copo.cpu_demo.models import cache_dir
+
+    return make_arithmetic_prompts(cache_dir() / "data" / f"{DATA_VERSION['hard']}-{steps}steps",
+                                   n_train=job.PROMPTS_PER_STEP * steps, n_test=job.N_TEST, seed=0,
+                                   tasks=HARD_ARITHMETIC_TASKS, name="hard")
+
+
+def hard_setting(steps: int = STEPS, lr: float = job.LR) -> compare.Setting:
+    """The `hard` preset: the demo's job at G = 6 on the hard mix, evaluated before the first step and after the last."""
+    from openrlhf_copo.cpu_demo.models import smollm2_instruct
+
+    train, test = hard_data(steps)
+    return job.compare_setting(smollm2_instruct(), train, test, steps, eval_every=steps, samples_per_prompt=G, lr=lr)
+
+
+SETTINGS = {"hard": hard_setting}
+
+
+def probe(regime: str, prompts: int, out: Path) -> Dict[str, float]:
+    """One GRPO step of ``prompts`` prompts of the regime's training data (the run's first prompts, then more of the
+    same mix), to measure its step-1 shares on more groups than a run's 6: what the regime's definition rests on."""
+    setting = SETTINGS[regime](steps=max(STEPS, -(-prompts // job.PROMPTS_PER_STEP)))
+    setting.prompts_per_step, setting.steps = prompts, 1
+    small_test = out / "probe-test.jsonl"
+    out.mkdir(parents=True, exist_ok=True)
+    small_test.write_text("".join(Path(setting.test).read_text().splitlines(keepends=True)[:12]))
+    setting.test = small_test
+    info = compare.run_one(setting, "grpo", 0, out, step0=False)
+    first = compare.read_run(out, info)["first_step"]
+    print(json.dumps({"regime": regime, "prompts": prompts, "G": setting.samples_per_prompt, **first,
+                      "wall_minutes": round(info["wall_seconds"] / 60, 1)}, indent=1))
+    return first
+
+
+def main(argv: List[str] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pr = sub.add_parser("probe", help="a regime's shares at step 1 over more prompts than a run's")
+    pr.add_argument("--regime", choices=list(SETTINGS), required=True)
+    pr.add_argument("--prompts", type=int, default=48)
+    r = sub.add_parser("run", help="runs of a regime (resumable; finished runs are kept)")
+    r.add_argument("--regime", choices=list(SETTINGS), required=True)
+    r.add_argument("--methods", nargs="+", default=SCREEN, choices=list(compare.METHODS))
+    r.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    r.add_argument("--lr", type=float, default=job.LR)
+    args = p.parse_args(argv)
+    if args.cmd == "probe":
+        probe(args.regime, args.prompts, RESULTS / "probes" / args.regime)
+        return 0
+    out = RESULTS / args.regime if args.lr == job.LR else RESULTS / f"{args.regime}-lr{args.lr:g}"
+    methods = [compare.BASELINE] + [m for m in args.methods if m != compare.BASELINE]
+    compare.run_all(SETTINGS[args.regime](lr=args.lr), methods, args.seeds, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
