@@ -9,6 +9,8 @@ CPU demo's job (SmolLM2-135M-Instruct, the final-number 0/1 reward, fp32, ZeRO-0
 data and start that put it where most groups agree:
 
     hard      the hard arithmetic mix (`cpu_demo.data.HARD_ARITHMETIC_TASKS`), held-out prompts from the same mix
+    plateau   the arithmetic mix, from a policy GRPO trained on it until its held-out accuracy flattened
+              (`plateau_start`, regenerated from its seed on each machine; its curve is committed)
     mixed     the learning-curve benchmark's setting (benchmarks/learning_curve.py, G = 4), kept as it is
 
 A regime is defined by what its runs measured at their first step (the share of zero-variance groups, of
@@ -62,7 +64,62 @@ def hard_setting(steps: int = STEPS, lr: float = job.LR) -> compare.Setting:
     return job.compare_setting(smollm2_instruct(), train, test, steps, eval_every=steps, samples_per_prompt=G, lr=lr)
 
 
-SETTINGS = {"hard": hard_setting}
+#: Episodes of GRPO over the arithmetic mix's 72 training prompts that make the plateau regime's start (chosen by
+#: its curve: docs/benchmarks.md), and the evaluation interval that draws that curve.
+PLATEAU_EPISODES = 4
+PLATEAU_EVAL_EVERY = 6
+
+
+def arithmetic_data(steps: int = STEPS) -> tuple:
+    """(train, test) of the arithmetic mix as the learning-curve benchmark writes them (72 prompts at 12 steps)."""
+    from openrlhf_copo.cpu_demo.data import make_arithmetic_prompts
+    from openrlhf_copo.cpu_demo.models import cache_dir
+
+    return make_arithmetic_prompts(cache_dir() / "data" / f"{job.DATA_VERSION}-{steps}steps",
+                                   n_train=job.PROMPTS_PER_STEP * steps, n_test=job.N_TEST, seed=0)
+
+
+def plateau_start(episodes: int = PLATEAU_EPISODES, seed: int = 0, record: Path = None) -> Path:
+    """The plateau regime's start: GRPO (the demo's job at G = 6) trained from SmolLM2-135M-Instruct for ``episodes``
+    passes over the arithmetic mix's 72 training prompts, evaluated every `PLATEAU_EVAL_EVERY` steps. Made once per
+    machine (`cpu_demo.models.cache_dir`) and regenerated from its seed where missing: seeded runs reproduce exactly on
+    this machine, so no weights are committed. One start is shared by every method and seed. Its metrics file (the
+    curve that shows GRPO flattening) is copied to ``record``. Returns the HF model folder."""
+    import shutil
+
+    from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct
+
+    train, test = arithmetic_data()
+    work = cache_dir() / f"plateau-start-{job.DATA_VERSION}-grpo-{episodes}ep-seed{seed}"
+    model = work / "model"
+    if not (model / "config.json").exists():
+        (work / f"grpo-seed{seed}" / "done.json").unlink(missing_ok=True)  # no model: the run is not done
+    setting = job.compare_setting(smollm2_instruct(), train, test, STEPS, eval_every=PLATEAU_EVAL_EVERY,
+                                  samples_per_prompt=G)
+    setting.extra += ["--train.num_episodes", str(episodes), "--ckpt.output_dir", str(model)]
+    compare.run_one(setting, "grpo", seed, work, step0=True)
+    if not (model / "config.json").exists():
+        raise SystemExit(f"the plateau start run finished without its final model in {model}: see "
+                         f"{work / f'grpo-seed{seed}' / 'train.log'}")
+    if record is not None:
+        record.mkdir(parents=True, exist_ok=True)
+        for name in ("metrics.jsonl", "done.json"):
+            shutil.copy(work / f"grpo-seed{seed}" / name, record / name)
+    return model
+
+
+def plateau_setting(steps: int = STEPS, lr: float = job.LR) -> compare.Setting:
+    """The `plateau` preset: the demo's job at G = 6 from `plateau_start`, one more pass over the same 72 prompts
+    (where its groups mostly agree, all correct), the arithmetic mix's held-out prompts."""
+    from openrlhf_copo.cpu_demo.models import smollm2_instruct
+
+    train, test = arithmetic_data(steps)
+    start = plateau_start(record=RESULTS / "plateau_start")
+    return job.compare_setting(smollm2_instruct(), train, test, steps, eval_every=steps, samples_per_prompt=G, lr=lr,
+                               start=str(start))
+
+
+SETTINGS = {"hard": hard_setting, "plateau": plateau_setting}
 
 
 def probe(regime: str, prompts: int, out: Path) -> Dict[str, float]:

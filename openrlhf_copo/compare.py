@@ -84,7 +84,7 @@ T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
 
 #: What the report reads of a run's first step: the regime it started in.
 FIRST_STEP_KEYS = ("copo_zero_std", "copo_all_incorrect", "copo_all_correct", "copo_signal_grpo", "copo_signal_copo",
-                   "copo_correct")
+                   "copo_correct", "dynamic_filtering_pass_rate")
 
 
 @dataclass
@@ -253,10 +253,25 @@ def read_run(out: Path, info: dict) -> dict:
             "prompts_consumed": steps[-1].get(PROMPTS_CONSUMED) if steps else None}
 
 
-def report(out: Path, infos: List[dict], baseline: str = BASELINE) -> dict:
+def first_step_regime(first: dict, samples_per_prompt: int) -> dict:
+    """What a run saw at its first step, with DAPO's read from its filter: OpenRLHF's estimators log no copo_* values,
+    and dynamic filtering logs 100 x responses kept / prompts drawn (OpenRLHF 0.11.2, samples_generator.py), so the
+    share of groups kept is that over 100 G: the share of drawn responses with a gradient; the rest had zero variance."""
+    out = dict(first)
+    rate = first.get("dynamic_filtering_pass_rate")
+    if rate is not None and first.get("copo_signal_copo") is None:
+        kept = rate / (100 * samples_per_prompt)
+        out.update({"copo_signal_copo": kept, "copo_zero_std": 1 - kept})
+    return out
+
+
+def report(out: Path, infos: List[dict], baseline: str = BASELINE, samples_per_prompt: Optional[int] = None) -> dict:
     """Per method: its runs' final greedy accuracy, its paired difference from ``baseline`` over seeds, and what its
-    runs saw at their first step."""
+    runs saw at their first step (DAPO's from its filter, given ``samples_per_prompt``)."""
     runs = [read_run(out, i) for i in infos]
+    if samples_per_prompt:
+        for r in runs:
+            r["first_step"] = first_step_regime(r["first_step"], samples_per_prompt)
     final = {(r["method"], r["seed"]): r["evals"][-1] for r in runs if r["evals"] and r["evals"][-1]["outcomes"]}
     table = {}
     for method in dict.fromkeys(r["method"] for r in runs):

@@ -91,6 +91,18 @@ def test_the_report_pairs_each_method_with_grpo_prompt_by_prompt_and_over_seeds(
     assert "| copo | 2 | 0.625 +- 0.125 | +0.250 [+0.250, +0.250] | 0.50 |" in text
 
 
+def test_dapos_first_step_is_read_from_its_filter(tmp_path):
+    """DAPO (OpenRLHF's group_norm) logs no copo_* values; its filter logs 100 x responses kept / prompts drawn. At
+    G = 6, 240 means 2.4 of 6 responses per drawn prompt kept: 0.4 of the responses carry a gradient, 0.6 of the
+    groups had zero variance."""
+    infos = [write_run(tmp_path, "grpo", 0, "1000", {"copo_zero_std": 0.5, "copo_signal_copo": 0.5}),
+             write_run(tmp_path, "dapo", 0, "1100", {"dynamic_filtering_pass_rate": 240.0})]
+    first = compare.report(tmp_path, infos, samples_per_prompt=6)["table"]["dapo"]["first_step"]
+    assert first["copo_signal_copo"] == pytest.approx(0.4) and first["copo_zero_std"] == pytest.approx(0.6)
+    unread = compare.report(tmp_path, infos)["table"]["dapo"]["first_step"]  # G unknown: not guessed
+    assert unread["copo_signal_copo"] != unread["copo_signal_copo"]
+
+
 def test_the_cli_refuses_a_comparison_without_the_baseline(tmp_path, capsys):
     from openrlhf_copo.cli import compare as cli
 

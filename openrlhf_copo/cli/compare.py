@@ -73,7 +73,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         infos = compare.run_all(setting, methods, args.seeds, args.out)
     if not infos:
         raise SystemExit(f"no finished run under {args.out}")
-    result = compare.report(args.out, infos)
+    result = compare.report(args.out, infos, samples_per_prompt=args.samples_per_prompt)
     text = compare.markdown(result)
     (args.out / "report.md").write_text(text + "\n")
     (args.out / "report.json").write_text(json.dumps({"setting": {**vars(setting), "train": str(setting.train),

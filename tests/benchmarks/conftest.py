@@ -32,3 +32,8 @@ def runs():
 @pytest.fixture(scope="module")
 def sim():
     return load_benchmark("sim_policy")
+
+
+@pytest.fixture(scope="module")
+def regimes():
+    return load_benchmark("regimes")

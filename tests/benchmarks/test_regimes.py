@@ -1,0 +1,82 @@
+"""benchmarks/regimes.py at toy size: each regime's command line, its data, and the plateau start's path (made once,
+remade where its model is missing, shared by every run). The regimes' runs themselves are not run here: the same
+tool's runs go through the real pipeline in tests/e2e/test_compare_cpu.py, a start checkpoint included."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from openrlhf_copo import compare
+from openrlhf_copo.cli.train_ppo_ray import load_args
+
+
+@pytest.fixture
+def offline(regimes, tmp_path, monkeypatch):
+    """The cache in tmp, the model a name (no conversion): what the presets compose, not what they would train."""
+    monkeypatch.setenv("OPENRLHF_COPO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("openrlhf_copo.cpu_demo.models.smollm2_instruct", lambda *a, **k: "smollm2")
+    return regimes
+
+
+def test_the_hard_regime_is_the_demo_at_g6_on_the_hard_mix(offline, tmp_path):
+    s = offline.hard_setting(steps=2)
+    argv = compare.run_argv(s, "grpo_masked", 1, tmp_path / "run", Path(s.train), step0=True)
+    a = load_args(argv)
+    assert (a.rollout.n_samples_per_prompt, a.rollout.batch_size, a.train.batch_size) == (6, 6, 36)
+    assert a.ds.zero_stage == 0 and a.actor.model_name_or_path == "smollm2"
+    assert a.copo.mode == "grpo" and a.copo.mask_zero_advantage  # the denominator control
+    assert a.eval.steps == 2 and a.copo.eval_before_train and a.copo.eval_greedy and a.train.seed == 1
+    train = [json.loads(x) for x in Path(s.train).read_text().splitlines()]
+    test = [json.loads(x) for x in Path(s.test).read_text().splitlines()]
+    assert len(train) == 12 and len(test) == 480  # steps x 6 prompts; the demo's held-out size
+    assert {r["datasource"] for r in train + test} == {"hard"}
+    assert {r["task"] for r in train} == {"add_two_digit", "add_two_two_digit", "subtract_two_digit",
+                                          "multiply_two_digit"}
+    assert not {r["prompt"][0]["content"] for r in train} & {r["prompt"][0]["content"] for r in test}
+
+
+def test_the_screen_holds_every_method_the_issue_names(regimes):
+    """GRPO, DAPO, the paper's COPO, NGRPO, RL-ZVP, COPO-Selective at the rho that keeps every split of 6 local, and
+    the denominator control (issue 37)."""
+    assert regimes.SCREEN == ["grpo", "copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked"]
+    assert all(m in compare.METHODS for m in regimes.SCREEN)
+
+
+def test_the_plateau_start_is_made_once_remade_without_its_model_and_shared(offline, tmp_path, monkeypatch):
+    """The start is GRPO from the base model over the arithmetic mix's 72 prompts for `PLATEAU_EPISODES` passes, its
+    final model kept in the cache; a run of the regime starts from it and trains on the same prompts."""
+    made = []
+
+    def fake_run_one(setting, method, seed, out, step0):  # the tool's run: its command line, and the model it leaves
+        if (out / f"{method}-seed{seed}" / "done.json").exists():  # as the tool: a finished run is kept
+            return {}
+        made.append(load_args(compare.run_argv(setting, method, seed, out / "run", Path(setting.train), step0)))
+        model = Path(made[-1].ckpt.output_dir)
+        model.mkdir(parents=True, exist_ok=True)
+        (model / "config.json").write_text("{}")
+        (out / f"{method}-seed{seed}").mkdir(parents=True, exist_ok=True)
+        for name in ("metrics.jsonl", "done.json"):
+            (out / f"{method}-seed{seed}" / name).write_text("{}\n")
+        return {}
+
+    monkeypatch.setattr(compare, "run_one", fake_run_one)
+    monkeypatch.setattr(offline, "RESULTS", tmp_path / "results")
+    s = offline.plateau_setting(steps=12, lr=1e-5)
+    start = made[0]
+    assert start.copo.mode == "grpo" and start.actor.model_name_or_path == "smollm2"
+    assert start.train.num_episodes == offline.PLATEAU_EPISODES and start.eval.steps == offline.PLATEAU_EVAL_EVERY
+    assert start.rollout.n_samples_per_prompt == 6 and start.train.seed == 0
+    assert Path(start.ckpt.output_dir) == Path(s.start) and Path(s.start).is_relative_to(tmp_path / "cache")
+    assert (tmp_path / "results" / "plateau_start" / "metrics.jsonl").exists()  # the curve, for the record
+    run = load_args(compare.run_argv(s, "copo", 0, tmp_path / "r", Path(s.train), step0=False))
+    assert run.actor.model_name_or_path == s.start and run.actor.adam.lr == 1e-5 and run.train.num_episodes == 1
+    assert Path(s.train).read_text() == Path(start.data.prompt_dataset).read_text()  # the prompts it plateaued on
+
+    offline.plateau_setting()  # made: not made again
+    assert len(made) == 1
+    (Path(s.start) / "config.json").unlink()  # a machine without it regenerates it from its seed
+    offline.plateau_setting()
+    assert len(made) == 2
