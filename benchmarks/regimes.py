@@ -138,6 +138,143 @@ def probe(regime: str, prompts: int, out: Path) -> Dict[str, float]:
     return first
 
 
+#: Every regime's runs: (folder, G). `mixed` is the learning-curve benchmark's (G = 4, ZeRO-2; its runs stay there).
+REGIME_RUNS = {"mixed": (REPO / "benchmarks" / "results" / "learning_curve", 4), "hard": (RESULTS / "hard", G),
+               "plateau": (RESULTS / "plateau", G), "plateau-lr1e-05": (RESULTS / "plateau-lr1e-05", G)}
+#: The rows of the "which method when" table, in order.
+TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked"]
+#: The method a row stands for at another G: COPO-Selective at the rho that keeps every mixed split local is rho 0.4
+#: at G = 6 and 0.5 at G = 4 (`compare.rho_keeping_every_split`).
+AT_G = {("copo_selective_rho04", 4): "copo_selective_rho05"}
+
+
+def finished(out: Path) -> List[dict]:
+    """The markers of the finished runs under ``out``, the baseline's first (its run makes a seed's step 0)."""
+    infos = [json.loads(p.read_text()) for p in sorted(out.glob("*-seed*/done.json"))
+             if (p.parent / "metrics.jsonl").exists()]
+    return sorted(infos, key=lambda i: (i["method"] != compare.BASELINE, i["seed"], i["method"]))
+
+
+def collect() -> Dict[str, dict]:
+    """Per regime with finished runs: the tool's report (each method minus GRPO, paired over seeds; what each
+    method's runs saw at step 1), the machine-hours, and per run its step rows (for the plot)."""
+    from openrlhf_copo.cpu_demo.job import read_metrics, train_rows
+
+    out = {}
+    for regime, (folder, g) in REGIME_RUNS.items():
+        infos = finished(folder)
+        if not any(i["method"] == compare.BASELINE for i in infos):
+            continue
+        result = compare.report(folder, infos, samples_per_prompt=g)
+        result["G"] = g
+        result["machine_hours"] = sum(i["wall_seconds"] for i in infos) / 3600
+        result["curves"] = {f"{i['method']}-seed{i['seed']}": [
+            {k: r.get(k) for k in ("step", "copo_zero_std", "copo_signal_copo", "copo_correct",
+                                   "dynamic_filtering_pass_rate")}
+            for r in train_rows(read_metrics(compare.run_dir(folder, i["method"], i["seed"]) / "metrics.jsonl"))]
+            for i in infos}
+        out[regime] = result
+    return out
+
+
+def which_method_when(results: Dict[str, dict]) -> str:
+    """The README's table: one row per method, one column per regime; each cell the method minus GRPO, paired, with
+    its 95% interval over seeds (and the seeds), then under the table what each regime was at step 1."""
+    regimes = list(results)
+
+    def cell(regime, method):
+        row = results[regime]["table"].get(AT_G.get((method, results[regime]["G"]), method))
+        if not row or not row["minus_baseline"]:
+            return "not run"
+        d = row["minus_baseline"]
+        return f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] ({len(d['per_seed'])} seeds)"
+
+    def share(regime, method, key):
+        row = results[regime]["table"].get(AT_G.get((method, results[regime]["G"]), method))
+        v = row["first_step"].get(key) if row else None
+        return "-" if v is None or v != v else f"{v:.2f}"
+
+    lines = ["| method minus GRPO (greedy held-out, paired) | " + " | ".join(
+                 f"{r} (G = {results[r]['G']})" for r in regimes) + " |",
+             "|---" * (len(regimes) + 1) + "|"]
+    for method in TABLE_METHODS:
+        name = "copo_selective at the rho keeping every split local (0.4; 0.5 at G = 4)" \
+            if method == "copo_selective_rho04" else method
+        lines.append(f"| {name} | " + " | ".join(cell(r, method) for r in regimes) + " |")
+    lines.append("| *step 1: zero-variance groups (GRPO's runs)* | " +
+                 " | ".join(share(r, "grpo", "copo_zero_std") for r in regimes) + " |")
+    lines.append("| *step 1: all-incorrect groups* | " +
+                 " | ".join(share(r, "grpo", "copo_all_incorrect") for r in regimes) + " |")
+    for method in ["grpo"] + TABLE_METHODS:
+        lines.append(f"| *step 1: responses with a gradient, {method}* | " +
+                     " | ".join(share(r, method, "copo_signal_copo") for r in regimes) + " |")
+    lines.append("| *machine-hours of the column* | " +
+                 " | ".join(f"{results[r]['machine_hours']:.1f}" for r in regimes) + " |")
+    return "\n".join(lines)
+
+
+def plot(results: Dict[str, dict], path: Path) -> None:
+    """One panel row per regime: each method minus GRPO with its 95% interval; GRPO's and each method's share of
+    zero-variance groups over the steps; the share of responses with a gradient over the steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, grid = plt.subplots(len(results), 3, figsize=(16, 3.6 * len(results)), squeeze=False)
+    for row, (regime, res) in zip(grid, results.items()):
+        ax = row[0]
+        methods = ["grpo"] + [AT_G.get((m, res["G"]), m) for m in TABLE_METHODS]
+        shown = [m for m in methods[1:] if res["table"].get(m) and res["table"][m]["minus_baseline"]]
+        for y, m in enumerate(shown):
+            d = res["table"][m]["minus_baseline"]
+            ax.errorbar([d["mean"]], [y], xerr=[[d["mean"] - d["ci95"][0]], [d["ci95"][1] - d["mean"]]], fmt="o",
+                        color=f"C{methods.index(m)}", capsize=3)
+            ax.scatter([p["gain"] for p in d["per_seed"]], [y] * len(d["per_seed"]), s=8, color="gray", zorder=3)
+        ax.set_yticks(range(len(shown)), [f"{m} ({len(res['table'][m]['minus_baseline']['per_seed'])})"
+                                          for m in shown], fontsize=8)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_title(f"{regime} (G = {res['G']}): minus GRPO, 95% CI over seeds (dots: seeds)", fontsize=9)
+        for ax, key, title in ((row[1], "copo_zero_std", "zero-variance groups"),
+                               (row[2], "copo_signal_copo", "responses with a gradient")):
+            for m in methods:
+                runs = [c for name, c in res["curves"].items() if name.rsplit("-seed", 1)[0] == m]
+                if not runs:
+                    continue
+                steps = sorted(set.intersection(*({r["step"] for r in c} for c in runs)))
+                values = []
+                for st in steps:
+                    v = [compare.first_step_regime(next(r for r in c if r["step"] == st), res["G"]).get(key)
+                         for c in runs]
+                    v = [x for x in v if x is not None]
+                    values.append(sum(v) / len(v) if v else float("nan"))
+                ax.plot(steps, values, marker=".", color=f"C{methods.index(m)}", label=m)
+            ax.set_title(f"{regime}: {title} per step (mean over seeds)", fontsize=9)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+        row[2].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def report() -> Dict[str, dict]:
+    """regimes.md (per regime the tool's table, then the which-method-when table), regimes.json and regimes.png."""
+    results = collect()
+    if not results:
+        raise SystemExit(f"no regime has a finished GRPO run (under {RESULTS} and the learning-curve results)")
+    text = ["# Where GRPO stops learning: every method minus GRPO, by regime (benchmarks/regimes.py)", ""]
+    for regime, res in results.items():
+        text += [f"## {regime} (G = {res['G']}; {res['machine_hours']:.1f} machine-hours on this machine's 2 cores)",
+                 "", compare.markdown(res), ""]
+    text += ["## Which method when", "", which_method_when(results), ""]
+    (RESULTS.parent / "regimes.md").write_text("\n".join(text))
+    (RESULTS.parent / "regimes.json").write_text(json.dumps(results, indent=1))
+    plot(results, RESULTS.parent / "regimes.png")
+    print("\n".join(text))
+    return results
+
+
 def main(argv: List[str] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -149,7 +286,11 @@ def main(argv: List[str] = None) -> int:
     r.add_argument("--methods", nargs="+", default=SCREEN, choices=list(compare.METHODS))
     r.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     r.add_argument("--lr", type=float, default=job.LR)
+    sub.add_parser("report", help="regimes.md / .json / .png from every regime's finished runs")
     args = p.parse_args(argv)
+    if args.cmd == "report":
+        report()
+        return 0
     if args.cmd == "probe":
         probe(args.regime, args.prompts, RESULTS / "probes" / args.regime)
         return 0

@@ -80,3 +80,36 @@ def test_the_plateau_start_is_made_once_remade_without_its_model_and_shared(offl
     (Path(s.start) / "config.json").unlink()  # a machine without it regenerates it from its seed
     offline.plateau_setting()
     assert len(made) == 2
+
+
+def _run(folder: Path, method: str, seed: int, outcomes: str, first: dict) -> None:
+    d = folder / f"{method}-seed{seed}"
+    d.mkdir(parents=True)
+    rows = [{"step": 1, **first}, {"step": 1, "eval": 1, "eval_x_greedy": outcomes.count("1") / 4,
+                                   "eval_x_greedy_outcomes": outcomes}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "done.json").write_text(json.dumps({"method": method, "seed": seed, "wall_seconds": 1800}))
+
+
+def test_which_method_when_pairs_each_cell_and_reads_each_regime_at_its_g(regimes, tmp_path, monkeypatch):
+    """mixed (G = 4): COPO-Selective's row is its rho-0.5 run; hard (G = 6): DAPO's step-1 gradient share is read
+    from its filter (180 / (100 x 6) = 0.30). Cells: per seed the paired difference over 4 prompts, then the mean
+    and its t-interval (two seeds: +-12.706 SE)."""
+    first = {"copo_zero_std": 0.75, "copo_all_incorrect": 0.5, "copo_signal_copo": 0.25}
+    _run(tmp_path / "mixed", "grpo", 0, "1000", first)
+    _run(tmp_path / "mixed", "copo_selective_rho05", 0, "1100", first)  # +0.25
+    for seed, (base, dapo) in enumerate([("1000", "1100"), ("0000", "1100")]):  # +0.25, +0.5: mean 0.375, SE 0.125
+        _run(tmp_path / "hard", "grpo", seed, base, first)
+        _run(tmp_path / "hard", "dapo", seed, dapo, {"dynamic_filtering_pass_rate": 180.0})
+    monkeypatch.setattr(regimes, "REGIME_RUNS", {"mixed": (tmp_path / "mixed", 4), "hard": (tmp_path / "hard", 6),
+                                                 "plateau": (tmp_path / "none", 6)})
+    results = regimes.collect()
+    assert list(results) == ["mixed", "hard"] and results["hard"]["machine_hours"] == 2.0
+    table = regimes.which_method_when(results)
+    dapo = next(line for line in table.splitlines() if line.startswith("| dapo |"))
+    assert dapo == (f"| dapo | not run | +0.375 [{0.375 - 12.706 * 0.125:+.3f}, {0.375 + 12.706 * 0.125:+.3f}] "
+                    "(2 seeds) |")
+    rho = next(line for line in table.splitlines() if line.startswith("| copo_selective at the rho"))
+    assert rho.split(" | ")[1].startswith("+0.250 [") and rho.endswith("| not run |")
+    gradient = next(line for line in table.splitlines() if "responses with a gradient, dapo" in line)
+    assert gradient.endswith("| - | 0.30 |")
