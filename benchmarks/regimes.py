@@ -44,15 +44,20 @@ STEPS = 12
 SCREEN = ["grpo", "copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked"]
 #: Data version of each regime's generated prompts: a change of the mix changes it.
 DATA_VERSION = {"hard": "hard-v1"}
+#: The hard regime's held-out prompts (greedy, compared prompt by prompt), and the first of them also sampled for
+#: mean@k: half the demo's. An evaluation of the demo's 480 + 96 x 2 took 4-5 minutes of a 12-13 minute run on
+#: 2026-11-25; the prompt-level SE this adds (about sqrt(share of prompts changing verdict / 240), 0.02 where a tenth
+#: change) is small beside the spread over seeds (0.03-0.07 per seed in the mixed setting).
+HARD_HELD_OUT, HARD_SAMPLED = 240, 48
 
 
 def hard_data(steps: int = STEPS) -> tuple:
-    """(train, test) of the hard regime: steps x 6 prompts, and the demo's 480 held-out prompts, from the hard mix."""
+    """(train, test) of the hard regime: steps x 6 prompts, and `HARD_HELD_OUT` held-out ones, from the hard mix."""
     from openrlhf_copo.cpu_demo.data import HARD_ARITHMETIC_TASKS, make_arithmetic_prompts
     from openrlhf_copo.cpu_demo.models import cache_dir
 
-    return make_arithmetic_prompts(cache_dir() / "data" / f"{DATA_VERSION['hard']}-{steps}steps",
-                                   n_train=job.PROMPTS_PER_STEP * steps, n_test=job.N_TEST, seed=0,
+    return make_arithmetic_prompts(cache_dir() / "data" / f"{DATA_VERSION['hard']}-{steps}steps-{HARD_HELD_OUT}test",
+                                   n_train=job.PROMPTS_PER_STEP * steps, n_test=HARD_HELD_OUT, seed=0,
                                    tasks=HARD_ARITHMETIC_TASKS, name="hard")
 
 
@@ -61,7 +66,8 @@ def hard_setting(steps: int = STEPS, lr: float = job.LR) -> compare.Setting:
     from openrlhf_copo.cpu_demo.models import smollm2_instruct
 
     train, test = hard_data(steps)
-    return job.compare_setting(smollm2_instruct(), train, test, steps, eval_every=steps, samples_per_prompt=G, lr=lr)
+    return job.compare_setting(smollm2_instruct(), train, test, steps, eval_every=steps, samples_per_prompt=G, lr=lr,
+                               overrides={"--copo.eval_sampled_prompts": str(HARD_SAMPLED)})
 
 
 #: Episodes of GRPO over the arithmetic mix's 72 training prompts that make the plateau regime's start (chosen by

@@ -31,7 +31,8 @@ def test_the_hard_regime_is_the_demo_at_g6_on_the_hard_mix(offline, tmp_path):
     assert a.eval.steps == 2 and a.copo.eval_before_train and a.copo.eval_greedy and a.train.seed == 1
     train = [json.loads(x) for x in Path(s.train).read_text().splitlines()]
     test = [json.loads(x) for x in Path(s.test).read_text().splitlines()]
-    assert len(train) == 12 and len(test) == 480  # steps x 6 prompts; the demo's held-out size
+    assert len(train) == 12 and len(test) == 240  # steps x 6 prompts; half the demo's held-out size
+    assert a.copo.eval_sampled_prompts == 48
     assert {r["datasource"] for r in train + test} == {"hard"}
     assert {r["task"] for r in train} == {"add_two_digit", "add_two_two_digit", "subtract_two_digit",
                                           "multiply_two_digit"}
