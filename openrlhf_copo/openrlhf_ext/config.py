@@ -201,6 +201,8 @@ def resume_record(args) -> Dict[str, Any]:
     mode = settings["mode"]
     record = {f.name: settings[f.name] for f in fields(CopoSettings)
               if f.metadata["resume"] and f.name not in _inert_settings(mode, settings["reward_coef"])}
+    if not record.get("mask_zero_advantage", True):
+        del record["mask_zero_advantage"]  # recorded only when on: checkpoints saved before it existed still resume
     return {"estimator": args.algo.advantage.estimator, **record, "mode": mode}
 
 

@@ -250,6 +250,8 @@ def test_every_setting_is_a_flag_with_its_declared_default(load_args):
     go_only = resume_record(load_args(copo_argv("--advantage_estimator", "go_only", "--copo.zero_control", "none")))
     assert "zero_control" not in go_only and "gamma" not in go_only and "rho" not in go_only
     assert resume_record(load_args(copo_argv("--copo.zero_control", "none")))["zero_control"] == "none"
+    # the loss mask changes the step: kept on resume when on, and absent when off (as in checkpoints before it)
+    assert resume_record(load_args(copo_argv("--copo.mask_zero_advantage")))["mask_zero_advantage"] is True
 
 
 def test_copos_checks_see_the_arguments_openrlhf_hands_to_train(load_args, monkeypatch):
