@@ -303,7 +303,8 @@ def markdown(result: dict) -> str:
         cell = ("(baseline)" if method == base else "-" if diff is None else
                 f"{diff['mean']:+.3f} [{diff['ci95'][0]:+.3f}, {diff['ci95'][1]:+.3f}]")
         first = row["first_step"]
-        lines.append(f"| {method} | {len(row['seeds'])} | {m:.3f} +- {se:.3f} | {cell} | "
+        final = f"{m:.3f}" if se != se else f"{m:.3f} +- {se:.3f}"  # one seed: no spread to show
+        lines.append(f"| {method} | {len(row['seeds'])} | {final} | {cell} | "
                      f"{share(first['copo_zero_std'])} | {share(first['copo_all_incorrect'])} | "
                      f"{share(first['copo_signal_copo'])} | {row['machine_hours']:.2f} |")
     return "\n".join(lines)
