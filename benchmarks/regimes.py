@@ -193,7 +193,10 @@ def which_method_when(results: Dict[str, dict]) -> str:
         if not row or not row["minus_baseline"]:
             return "not run"
         d = row["minus_baseline"]
-        return f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] ({len(d['per_seed'])} seeds)"
+        n = len(d["per_seed"])
+        # one seed: the interval is that seed's prompt-level one, blind to the run-to-run spread of training
+        seeds = "1 seed, prompt-level interval" if n == 1 else f"{n} seeds"
+        return f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] ({seeds})"
 
     def share(regime, method, key):
         row = results[regime]["table"].get(AT_G.get((method, results[regime]["G"]), method))
@@ -209,6 +212,12 @@ def which_method_when(results: Dict[str, dict]) -> str:
         lines.append(f"| {name} | " + " | ".join(cell(r, method) for r in regimes) + " |")
     lines.append("| *step 1: zero-variance groups (GRPO's runs)* | " +
                  " | ".join(share(r, "grpo", "copo_zero_std") for r in regimes) + " |")
+    def over_run(regime):  # GRPO's zero-variance share over every step of its runs: 6 prompts a step, so noisy
+        values = [r["copo_zero_std"] for name, c in results[regime]["curves"].items() if name.startswith("grpo-seed")
+                  for r in c if r.get("copo_zero_std") is not None]
+        return f"{sum(values) / len(values):.2f}" if values else "-"
+
+    lines.append("| *all steps: zero-variance groups (GRPO's runs)* | " + " | ".join(over_run(r) for r in regimes) + " |")
     lines.append("| *step 1: all-incorrect groups* | " +
                  " | ".join(share(r, "grpo", "copo_all_incorrect") for r in regimes) + " |")
     for method in ["grpo"] + TABLE_METHODS:

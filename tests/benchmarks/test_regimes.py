@@ -111,6 +111,8 @@ def test_which_method_when_pairs_each_cell_and_reads_each_regime_at_its_g(regime
     assert dapo == (f"| dapo | not run | +0.375 [{0.375 - 12.706 * 0.125:+.3f}, {0.375 + 12.706 * 0.125:+.3f}] "
                     "(2 seeds) |")
     rho = next(line for line in table.splitlines() if line.startswith("| copo_selective at the rho"))
-    assert rho.split(" | ")[1].startswith("+0.250 [") and rho.endswith("| not run |")
+    assert rho.split(" | ")[1].startswith("+0.250 [") and "(1 seed, prompt-level interval)" in rho
+    assert rho.endswith("| not run |")
+    assert "| *all steps: zero-variance groups (GRPO's runs)* | 0.75 | 0.75 |" in table
     gradient = next(line for line in table.splitlines() if "responses with a gradient, dapo" in line)
     assert gradient.endswith("| - | 0.30 |")
