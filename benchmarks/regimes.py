@@ -71,18 +71,22 @@ def hard_setting(steps: int = STEPS, lr: float = job.LR) -> compare.Setting:
 
 
 #: Episodes of GRPO over the arithmetic mix's 72 training prompts that make the plateau regime's start (chosen by
-#: its curve: docs/benchmarks.md), and the evaluation interval that draws that curve.
+#: its curve: docs/benchmarks.md), and the evaluation interval that draws that curve (once a pass).
 PLATEAU_EPISODES = 4
-PLATEAU_EVAL_EVERY = 6
+PLATEAU_EVAL_EVERY = 12
 
 
 def arithmetic_data(steps: int = STEPS) -> tuple:
-    """(train, test) of the arithmetic mix as the learning-curve benchmark writes them (72 prompts at 12 steps)."""
+    """(train, test) of the arithmetic mix: the learning-curve benchmark's 72 training prompts (at 12 steps), and the
+    first `HARD_HELD_OUT` of its 480 held-out prompts (the same evaluation size as the hard regime's)."""
     from openrlhf_copo.cpu_demo.data import make_arithmetic_prompts
     from openrlhf_copo.cpu_demo.models import cache_dir
 
-    return make_arithmetic_prompts(cache_dir() / "data" / f"{job.DATA_VERSION}-{steps}steps",
-                                   n_train=job.PROMPTS_PER_STEP * steps, n_test=job.N_TEST, seed=0)
+    folder = cache_dir() / "data" / f"{job.DATA_VERSION}-{steps}steps"
+    train, test = make_arithmetic_prompts(folder, n_train=job.PROMPTS_PER_STEP * steps, n_test=job.N_TEST, seed=0)
+    cut = folder / f"test-first{HARD_HELD_OUT}.jsonl"
+    cut.write_text("".join(test.read_text().splitlines(keepends=True)[:HARD_HELD_OUT]))
+    return train, cut
 
 
 def plateau_start(episodes: int = PLATEAU_EPISODES, seed: int = 0, record: Path = None) -> Path:
@@ -101,7 +105,7 @@ def plateau_start(episodes: int = PLATEAU_EPISODES, seed: int = 0, record: Path 
     if not (model / "config.json").exists():
         (work / f"grpo-seed{seed}" / "done.json").unlink(missing_ok=True)  # no model: the run is not done
     setting = job.compare_setting(smollm2_instruct(), train, test, STEPS, eval_every=PLATEAU_EVAL_EVERY,
-                                  samples_per_prompt=G)
+                                  samples_per_prompt=G, overrides={"--copo.eval_sampled_prompts": str(HARD_SAMPLED)})
     setting.extra += ["--train.num_episodes", str(episodes), "--ckpt.output_dir", str(model)]
     compare.run_one(setting, "grpo", seed, work, step0=True)
     if not (model / "config.json").exists():
@@ -122,7 +126,7 @@ def plateau_setting(steps: int = STEPS, lr: float = job.LR) -> compare.Setting:
     train, test = arithmetic_data(steps)
     start = plateau_start(record=RESULTS / "plateau_start")
     return job.compare_setting(smollm2_instruct(), train, test, steps, eval_every=steps, samples_per_prompt=G, lr=lr,
-                               start=str(start))
+                               start=str(start), overrides={"--copo.eval_sampled_prompts": str(HARD_SAMPLED)})
 
 
 SETTINGS = {"hard": hard_setting, "plateau": plateau_setting}

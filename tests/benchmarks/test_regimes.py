@@ -75,6 +75,8 @@ def test_the_plateau_start_is_made_once_remade_without_its_model_and_shared(offl
     run = load_args(compare.run_argv(s, "copo", 0, tmp_path / "r", Path(s.train), step0=False))
     assert run.actor.model_name_or_path == s.start and run.actor.adam.lr == 1e-5 and run.train.num_episodes == 1
     assert Path(s.train).read_text() == Path(start.data.prompt_dataset).read_text()  # the prompts it plateaued on
+    assert len(Path(s.test).read_text().splitlines()) == 240 and run.copo.eval_sampled_prompts == 48
+    assert Path(start.eval.dataset) == Path(s.test)  # its curve on the regime's held-out prompts
 
     offline.plateau_setting()  # made: not made again
     assert len(made) == 1
