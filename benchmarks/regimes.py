@@ -253,7 +253,11 @@ def plot(results: Dict[str, dict], path: Path) -> None:
         ax.set_yticks(range(len(shown)), [f"{m} ({len(res['table'][m]['minus_baseline']['per_seed'])})"
                                           for m in shown], fontsize=8)
         ax.axvline(0, color="k", lw=0.8)
-        ax.set_title(f"{regime} (G = {res['G']}): minus GRPO, 95% CI over seeds (dots: seeds)", fontsize=9)
+        # the axis spans the seeds' own differences: a two-seed interval (t = 12.7) can be ten times wider
+        spread = max([abs(p["gain"]) for m in shown for p in res["table"][m]["minus_baseline"]["per_seed"]] + [0.1])
+        ax.set_xlim(-1.6 * spread, 1.6 * spread)
+        ax.set_title(f"{regime} (G = {res['G']}): minus GRPO, 95% CI over seeds (dots: seeds; wider CIs cut)",
+                     fontsize=9)
         for ax, key, title in ((row[1], "copo_zero_std", "zero-variance groups"),
                                (row[2], "copo_signal_copo", "responses with a gradient")):
             for m in methods:
