@@ -168,7 +168,7 @@ def finished(out: Path) -> List[dict]:
 def collect() -> Dict[str, dict]:
     """Per regime with finished runs: the tool's report (each method minus GRPO, paired over seeds; what each
     method's runs saw at step 1), the machine-hours, and per run its step rows (for the plot)."""
-    from openrlhf_copo.cpu_demo.job import read_metrics, train_rows
+    from openrlhf_copo.evaluation.metrics_file import read_metrics, train_rows
 
     out = {}
     for regime, (folder, g) in REGIME_RUNS.items():

@@ -240,7 +240,7 @@ def paired_over_seeds(final: Dict[tuple, dict], a: str, b: str) -> Optional[dict
 
 def read_run(out: Path, info: dict) -> dict:
     """A finished run's evaluations (step, greedy accuracy, per-prompt verdicts) and its first step's regime."""
-    from openrlhf_copo.cpu_demo.job import eval_rows, greedy, read_metrics, train_rows
+    from openrlhf_copo.evaluation.metrics_file import eval_rows, greedy, read_metrics, train_rows
 
     rows = read_metrics(run_dir(out, info["method"], info["seed"]) / "metrics.jsonl")
     evals = []

@@ -38,7 +38,8 @@ from typing import List, Optional
 
 from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, CORRECT, ENTROPY, SIGNAL_COPO, SIGNAL_GRPO, W_GLOBAL,
                                     W_LOCAL, W_LOCAL_MID)
-from openrlhf_copo.evaluation.metrics import paired_difference, parse_outcomes
+from openrlhf_copo.evaluation.metrics import paired_difference
+from openrlhf_copo.evaluation.metrics_file import eval_rows, greedy, heldout, read_metrics, train_rows  # noqa: F401
 from openrlhf_copo.files import jsonl_rows
 
 #: Sizes chosen to finish in about 10 minutes on 2 CPU cores, fresh caches included: 5.8-7.1 min in ten fresh
@@ -232,41 +233,6 @@ def run(user_argv: List[str]) -> int:
     plot_curves(rows, run_dir / "curves.png")
     print(format_summary(summary, run_dir))
     return 0
-
-
-def read_metrics(path: Path) -> List[dict]:
-    if not path.exists():
-        return []
-    return [row for _, row in jsonl_rows(path, partial_last_line=True)]  # the last line may be being written
-
-
-def train_rows(rows: List[dict]) -> List[dict]:
-    """The per-step rows of a metrics file (evaluation rows carry "eval": 1)."""
-    return [r for r in rows if not r.get("eval")]
-
-
-def eval_rows(rows: List[dict]) -> List[dict]:
-    return [r for r in rows if r.get("eval")]
-
-
-def heldout(row: dict) -> tuple:
-    """(mean@k, its standard error, k) of an evaluation row (the first data source's)."""
-    for key in sorted(row):
-        if key.startswith("eval_") and key[:-1].rstrip("0123456789").endswith("_mean") and not key.endswith("_se"):
-            k = int(key.rsplit("_mean", 1)[1])
-            return float(row[key]), float(row.get(f"{key}_se", float("nan"))), k
-    return float("nan"), float("nan"), 0
-
-
-def greedy(row: dict) -> tuple:
-    """(greedy accuracy, its standard error, per-prompt outcomes or None) of an evaluation row (the first data
-    source's); NaNs when the row has no greedy evaluation."""
-    for key in sorted(row):
-        if key.startswith("eval_") and key.endswith("_greedy"):
-            outcomes = row.get(f"{key}_outcomes")
-            return (float(row[key]), float(row.get(f"{key}_se", float("nan"))),
-                    parse_outcomes(outcomes) if outcomes else None)
-    return float("nan"), float("nan"), None
 
 
 def eval_line(row: dict) -> str:
