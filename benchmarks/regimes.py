@@ -158,13 +158,6 @@ TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grp
 AT_G = {("copo_selective_rho04", 4): "copo_selective_rho05"}
 
 
-def finished(out: Path) -> List[dict]:
-    """The markers of the finished runs under ``out``, the baseline's first (its run makes a seed's step 0)."""
-    infos = [json.loads(p.read_text()) for p in sorted(out.glob("*-seed*/done.json"))
-             if (p.parent / "metrics.jsonl").exists()]
-    return sorted(infos, key=lambda i: (i["method"] != compare.BASELINE, i["seed"], i["method"]))
-
-
 def collect() -> Dict[str, dict]:
     """Per regime with finished runs: the tool's report (each method minus GRPO, paired over seeds; what each
     method's runs saw at step 1), the machine-hours, and per run its step rows (for the plot)."""
@@ -172,7 +165,7 @@ def collect() -> Dict[str, dict]:
 
     out = {}
     for regime, (folder, g) in REGIME_RUNS.items():
-        infos = finished(folder)
+        infos = compare.finished_runs(folder)
         if not any(i["method"] == compare.BASELINE for i in infos):
             continue
         result = compare.report(folder, infos, samples_per_prompt=g)

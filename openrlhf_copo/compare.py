@@ -209,6 +209,15 @@ def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out:
     return infos
 
 
+def finished_runs(out: Path, methods: Optional[Sequence[str]] = None,
+                  seeds: Optional[Sequence[int]] = None) -> List[dict]:
+    """The markers of the finished runs under ``out`` (of ``methods`` and ``seeds`` when given), the baseline's first."""
+    infos = [json.loads(p.read_text()) for p in sorted(Path(out).glob("*-seed*/done.json"))
+             if (p.parent / "metrics.jsonl").exists()]
+    infos = [i for i in infos if (methods is None or i["method"] in methods) and (seeds is None or i["seed"] in seeds)]
+    return sorted(infos, key=lambda i: (i["method"] != BASELINE, i["seed"], i["method"]))
+
+
 def mean_se(values: Sequence[float]) -> tuple:
     """(mean, standard error) of the finite ``values``; NaN where there are none (SE: where fewer than 2)."""
     values = [v for v in values if v == v]

@@ -67,8 +67,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     # the baseline first: its run of each seed makes the seed's step-0 evaluation
     methods = [compare.BASELINE] + [m for m in args.methods if m != compare.BASELINE]
     if args.report_only:
-        infos = [json.loads((compare.run_dir(args.out, m, s) / "done.json").read_text())
-                 for s in args.seeds for m in methods if (compare.run_dir(args.out, m, s) / "done.json").exists()]
+        infos = compare.finished_runs(args.out, methods, args.seeds)
     else:
         infos = compare.run_all(setting, methods, args.seeds, args.out)
     if not infos:
