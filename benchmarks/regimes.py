@@ -274,6 +274,66 @@ def plot(results: Dict[str, dict], path: Path) -> None:
     plt.close(fig)
 
 
+def start_curve(metrics: Path, steps_per_pass: int = STEPS) -> List[dict]:
+    """The plateau start's curve, one row per evaluation (once a pass): held-out greedy accuracy with its SE, its
+    paired change from the previous evaluation (prompt by prompt), and over the pass that led to it the mean share of
+    zero-variance groups and of all-correct ones (zero-variance minus all-incorrect) in GRPO's training batches."""
+    from openrlhf_copo.evaluation.metrics_file import eval_rows, greedy, read_metrics, train_rows
+
+    rows = read_metrics(metrics)
+    steps = train_rows(rows)
+    curve, previous = [], None
+    for row in eval_rows(rows):
+        acc, se, outcomes = greedy(row)
+        done = [r for r in steps if row["step"] - steps_per_pass < r["step"] <= row["step"]]
+        zero = [r["copo_zero_std"] for r in done if r.get("copo_zero_std") is not None]
+        correct = [r["copo_zero_std"] - r["copo_all_incorrect"] for r in done
+                   if r.get("copo_zero_std") is not None and r.get("copo_all_incorrect") is not None]
+        change = None
+        if previous is not None and outcomes is not None and len(outcomes) == len(previous):
+            change = (sum(outcomes) - sum(previous)) / len(outcomes)
+        curve.append({"step": row["step"], "greedy": acc, "greedy_se": se, "change": change,
+                      "zero_variance": sum(zero) / len(zero) if zero else None,
+                      "all_correct": sum(correct) / len(correct) if correct else None})
+        previous = outcomes
+    return curve
+
+
+def start_curve_markdown(curve: List[dict]) -> str:
+    def f(v, fmt):
+        return "-" if v is None else format(v, fmt)
+
+    lines = ["| after step | held-out greedy (+- SE) | change from the previous evaluation | "
+             "zero-variance groups over the pass | all-correct groups over the pass |", "|---|---|---|---|---|"]
+    lines += [f"| {c['step']} | {c['greedy']:.3f} +- {c['greedy_se']:.3f} | {f(c['change'], '+.3f')} | "
+              f"{f(c['zero_variance'], '.2f')} | {f(c['all_correct'], '.2f')} |" for c in curve]
+    return "\n".join(lines)
+
+
+def plot_start_curve(curve: List[dict], path: Path) -> None:
+    """GRPO's held-out greedy accuracy over the plateau start's passes, beside its batches' zero-variance shares."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
+    steps = [c["step"] for c in curve]
+    left.errorbar(steps, [c["greedy"] for c in curve], yerr=[1.96 * c["greedy_se"] for c in curve], marker="o",
+                  capsize=3, color="C0")
+    left.set_title("plateau start: GRPO's held-out greedy accuracy (95% prompt-level CI)", fontsize=9)
+    for key, label, color in (("zero_variance", "zero-variance groups", "C1"), ("all_correct", "all correct", "C2")):
+        right.plot(steps[1:], [c[key] for c in curve[1:]], marker="o", color=color, label=label)
+    right.set_title("share of GRPO's groups over the pass ending at the step", fontsize=9)
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def report() -> Dict[str, dict]:
     """regimes.md (per regime the tool's table, then the which-method-when table), regimes.json and regimes.png."""
     results = collect()
@@ -284,6 +344,13 @@ def report() -> Dict[str, dict]:
         text += [f"## {regime} (G = {res['G']}; {res['machine_hours']:.1f} machine-hours on this machine's 2 cores)",
                  "", compare.markdown(res), ""]
     text += ["## Which method when", "", which_method_when(results), ""]
+    start = RESULTS / "plateau_start" / "metrics.jsonl"
+    if start.exists():
+        curve = start_curve(start)
+        text += [f"## The plateau start: GRPO over the arithmetic mix's 72 prompts, {len(curve) - 1} passes", "",
+                 start_curve_markdown(curve), "", "Plot: regimes_plateau_start.png.", ""]
+        plot_start_curve(curve, RESULTS.parent / "regimes_plateau_start.png")
+
     (RESULTS.parent / "regimes.md").write_text("\n".join(text))
     (RESULTS.parent / "regimes.json").write_text(json.dumps(results, indent=1))
     plot(results, RESULTS.parent / "regimes.png")

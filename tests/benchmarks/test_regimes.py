@@ -118,3 +118,26 @@ def test_which_method_when_pairs_each_cell_and_reads_each_regime_at_its_g(regime
     assert "| *all steps: zero-variance groups (GRPO's runs)* | 0.75 | 0.75 |" in table
     gradient = next(line for line in table.splitlines() if "responses with a gradient, dapo" in line)
     assert gradient.endswith("| - | 0.30 |")
+
+
+def test_the_plateau_start_curve_pairs_each_evaluation_with_the_pass_before_it(regimes, tmp_path):
+    """Two passes of two steps: each evaluation's change is paired prompt by prompt with the previous one, and the
+    shares are the means over the pass's steps (all correct = zero variance minus all incorrect)."""
+    rows = [{"step": 0, "eval": 1, "eval_x_greedy": 0.25, "eval_x_greedy_se": 0.2, "eval_x_greedy_outcomes": "1000"},
+            {"step": 1, "copo_zero_std": 0.5, "copo_all_incorrect": 0.5},
+            {"step": 2, "copo_zero_std": 1.0, "copo_all_incorrect": 0.5},
+            {"step": 2, "eval": 1, "eval_x_greedy": 0.75, "eval_x_greedy_se": 0.2, "eval_x_greedy_outcomes": "0111"},
+            {"step": 3, "copo_zero_std": 1.0, "copo_all_incorrect": 0.0},
+            {"step": 4, "copo_zero_std": 0.5, "copo_all_incorrect": 0.0},
+            {"step": 4, "eval": 1, "eval_x_greedy": 0.5, "eval_x_greedy_se": 0.2, "eval_x_greedy_outcomes": "0110"}]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    curve = regimes.start_curve(path, steps_per_pass=2)
+    assert [c["step"] for c in curve] == [0, 2, 4]
+    assert [c["change"] for c in curve] == [None, 0.5, -0.25]
+    assert [c["zero_variance"] for c in curve] == [None, 0.75, 0.75]
+    assert [c["all_correct"] for c in curve] == [None, 0.25, 0.75]
+    table = regimes.start_curve_markdown(curve)
+    assert "| 2 | 0.750 +- 0.200 | +0.500 | 0.75 | 0.25 |" in table and "| 0 | 0.250 +- 0.200 | - | - | - |" in table
+    regimes.plot_start_curve(curve, tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").stat().st_size > 0
