@@ -143,8 +143,10 @@ def probe(regime: str, prompts: int, out: Path) -> Dict[str, float]:
     setting.test = small_test
     info = compare.run_one(setting, "grpo", 0, out, step0=False)
     first = compare.read_run(out, info)["first_step"]
-    print(json.dumps({"regime": regime, "prompts": prompts, "G": setting.samples_per_prompt, **first,
-                      "wall_minutes": round(info["wall_seconds"] / 60, 1)}, indent=1))
+    record = json.dumps({"regime": regime, "prompts": prompts, "G": setting.samples_per_prompt, **first,
+                         "wall_minutes": round(info["wall_seconds"] / 60, 1)}, indent=1)
+    (out / "probe.json").write_text(record + "\n")
+    print(record)
     return first
 
 
