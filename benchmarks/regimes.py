@@ -150,9 +150,13 @@ def probe(regime: str, prompts: int, out: Path) -> Dict[str, float]:
     return first
 
 
-#: Every regime's runs: (folder, G). `mixed` is the learning-curve benchmark's (G = 4, ZeRO-2; its runs stay there).
-REGIME_RUNS = {"mixed": (REPO / "benchmarks" / "results" / "learning_curve", 4), "hard": (RESULTS / "hard", G),
-               "plateau": (RESULTS / "plateau", G), "plateau-lr1e-05": (RESULTS / "plateau-lr1e-05", G)}
+#: Every regime's runs: (folder, G, learning rate). `mixed` is the learning-curve benchmark's (G = 4, ZeRO-2; its
+#: runs stay there); `plateau-lr1e-05` is the plateau screened at the lower learning rate the issue asks for.
+REGIME_RUNS = {"mixed": (REPO / "benchmarks" / "results" / "learning_curve", 4, job.LR),
+               "hard": (RESULTS / "hard", G, job.LR), "plateau": (RESULTS / "plateau", G, job.LR),
+               "plateau-lr1e-05": (RESULTS / "plateau-lr1e-05", G, 1e-5)}
+#: The README's copy of the which-method-when table sits between these lines; `report` rewrites it.
+README, README_MARKERS = REPO / "README.md", ("<!-- which-method-when -->", "<!-- /which-method-when -->")
 #: The rows of the "which method when" table, in order.
 TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked"]
 #: The method a row stands for at another G: COPO-Selective at the rho that keeps every mixed split local is rho 0.4
@@ -166,12 +170,12 @@ def collect() -> Dict[str, dict]:
     from openrlhf_copo.evaluation.metrics_file import read_metrics, train_rows
 
     out = {}
-    for regime, (folder, g) in REGIME_RUNS.items():
+    for regime, (folder, g, lr) in REGIME_RUNS.items():
         infos = compare.finished_runs(folder)
         if not any(i["method"] == compare.BASELINE for i in infos):
             continue
         result = compare.report(folder, infos, samples_per_prompt=g)
-        result["G"] = g
+        result["G"], result["lr"] = g, lr
         result["machine_hours"] = sum(i["wall_seconds"] for i in infos) / 3600
         result["curves"] = {f"{i['method']}-seed{i['seed']}": [
             {k: r.get(k) for k in ("step", "copo_zero_std", "copo_signal_copo", "copo_correct",
@@ -180,6 +184,20 @@ def collect() -> Dict[str, dict]:
             for i in infos}
         out[regime] = result
     return out
+
+
+def column(regime: str, res: dict) -> str:
+    """A regime's name in tables and plots, with its G and learning rate: "plateau (G = 6, lr 1e-05)"."""
+    return f"{regime.split('-lr')[0]} (G = {res['G']}, lr {res['lr']:g})"
+
+
+def readme_with_table(readme: str, table: str) -> str:
+    """The README's text with the which-method-when table between its markers replaced by ``table``."""
+    start, end = README_MARKERS
+    if readme.count(start) != 1 or readme.count(end) != 1:
+        raise SystemExit(f"{README}: expected one '{start}' and one '{end}' around the which-method-when table")
+    head, rest = readme.split(start)
+    return head + start + "\n" + table + "\n" + end + rest.split(end)[1]
 
 
 def which_method_when(results: Dict[str, dict]) -> str:
@@ -202,8 +220,7 @@ def which_method_when(results: Dict[str, dict]) -> str:
         v = row["first_step"].get(key) if row else None
         return "-" if v is None or v != v else f"{v:.2f}"
 
-    lines = ["| method minus GRPO (greedy held-out, paired) | " + " | ".join(
-                 f"{r} (G = {results[r]['G']})" for r in regimes) + " |",
+    lines = ["| method minus GRPO (greedy held-out, paired) | " + " | ".join(column(r, results[r]) for r in regimes) + " |",
              "|---" * (len(regimes) + 1) + "|"]
     for method in TABLE_METHODS:
         name = "copo_selective at the rho keeping every split local (0.4; 0.5 at G = 4)" \
@@ -251,7 +268,7 @@ def plot(results: Dict[str, dict], path: Path) -> None:
         # the axis spans the seeds' own differences: a two-seed interval (t = 12.7) can be ten times wider
         spread = max([abs(p["gain"]) for m in shown for p in res["table"][m]["minus_baseline"]["per_seed"]] + [0.1])
         ax.set_xlim(-1.6 * spread, 1.6 * spread)
-        ax.set_title(f"{regime} (G = {res['G']}): minus GRPO, 95% CI over seeds (dots: seeds; wider CIs cut)",
+        ax.set_title(f"{column(regime, res)}: minus GRPO, 95% CI over seeds (dots: seeds; wider CIs cut)",
                      fontsize=9)
         for ax, key, title in ((row[1], "copo_zero_std", "zero-variance groups"),
                                (row[2], "copo_signal_copo", "responses with a gradient")):
@@ -337,15 +354,18 @@ def plot_start_curve(curve: List[dict], path: Path) -> None:
 
 
 def report() -> Dict[str, dict]:
-    """regimes.md (per regime the tool's table, then the which-method-when table), regimes.json and regimes.png."""
+    """regimes.md (per regime the tool's table, then the which-method-when table), regimes.json and regimes.png; the
+    README's copy of the which-method-when table."""
     results = collect()
     if not results:
         raise SystemExit(f"no regime has a finished GRPO run (under {RESULTS} and the learning-curve results)")
     text = ["# Where GRPO stops learning: every method minus GRPO, by regime (benchmarks/regimes.py)", ""]
     for regime, res in results.items():
-        text += [f"## {regime} (G = {res['G']}; {res['machine_hours']:.1f} machine-hours on this machine's 2 cores)",
+        text += [f"## {column(regime, res)}; {res['machine_hours']:.1f} machine-hours on this machine's 2 cores",
                  "", compare.markdown(res), ""]
-    text += ["## Which method when", "", which_method_when(results), ""]
+    table = which_method_when(results)
+    text += ["## Which method when", "", table, ""]
+    README.write_text(readme_with_table(README.read_text(), table))
     start = RESULTS / "plateau_start" / "metrics.jsonl"
     if start.exists():
         curve = start_curve(start)

@@ -104,11 +104,15 @@ def test_which_method_when_pairs_each_cell_and_reads_each_regime_at_its_g(regime
     for seed, (base, dapo) in enumerate([("1000", "1100"), ("0000", "1100")]):  # +0.25, +0.5: mean 0.375, SE 0.125
         _run(tmp_path / "hard", "grpo", seed, base, first)
         _run(tmp_path / "hard", "dapo", seed, dapo, {"dynamic_filtering_pass_rate": 180.0})
-    monkeypatch.setattr(regimes, "REGIME_RUNS", {"mixed": (tmp_path / "mixed", 4), "hard": (tmp_path / "hard", 6),
-                                                 "plateau": (tmp_path / "none", 6)})
+    monkeypatch.setattr(regimes, "REGIME_RUNS", {"mixed": (tmp_path / "mixed", 4, 3e-5),
+                                                 "hard": (tmp_path / "hard", 6, 3e-5),
+                                                 "plateau-lr1e-05": (tmp_path / "none", 6, 1e-5)})
     results = regimes.collect()
     assert list(results) == ["mixed", "hard"] and results["hard"]["machine_hours"] == 2.0
     table = regimes.which_method_when(results)
+    assert table.splitlines()[0] == "| method minus GRPO (greedy held-out, paired) | mixed (G = 4, lr 3e-05) | " \
+                                    "hard (G = 6, lr 3e-05) |"  # each column says the learning rate it ran at
+    assert regimes.column("plateau-lr1e-05", {"G": 6, "lr": 1e-5}) == "plateau (G = 6, lr 1e-05)"
     dapo = next(line for line in table.splitlines() if line.startswith("| dapo |"))
     assert dapo == (f"| dapo | not run | +0.375 [{0.375 - 12.706 * 0.125:+.3f}, {0.375 + 12.706 * 0.125:+.3f}] "
                     "(2 seeds) |")
@@ -141,3 +145,20 @@ def test_the_plateau_start_curve_pairs_each_evaluation_with_the_pass_before_it(r
     assert "| 2 | 0.750 +- 0.200 | +0.500 | 0.75 | 0.25 |" in table and "| 0 | 0.250 +- 0.200 | - | - | - |" in table
     regimes.plot_start_curve(curve, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_the_readme_table_is_the_committed_runs_table(regimes):
+    """The README's which-method-when table is what `regimes.py report` makes from the committed runs: a run added
+    without the report rerun, or a hand edit of the table, fails here."""
+    readme = regimes.README.read_text()
+    start, end = regimes.README_MARKERS
+    in_readme = readme.split(start)[1].split(end)[0].strip()
+    assert in_readme == regimes.which_method_when(regimes.collect())
+
+
+def test_the_readme_table_is_replaced_between_its_markers_only(regimes):
+    start, end = regimes.README_MARKERS
+    text = f"intro\n{start}\n| old |\n{end}\n\nwords after\n"
+    assert regimes.readme_with_table(text, "| new |") == f"intro\n{start}\n| new |\n{end}\n\nwords after\n"
+    with pytest.raises(SystemExit, match="README.md: expected one"):
+        regimes.readme_with_table("no markers", "| new |")
