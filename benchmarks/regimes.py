@@ -112,6 +112,11 @@ def plateau_start(episodes: int = PLATEAU_EPISODES, seed: int = 0, record: Path 
         raise SystemExit(f"the plateau start run finished without its final model in {model}: see "
                          f"{work / f'grpo-seed{seed}' / 'train.log'}")
     if record is not None:
+        # the first start recorded keeps the folder; a start regenerated elsewhere that came out other weights (runs
+        # record theirs: `compare.start_fingerprint`) goes beside it, under its fingerprint
+        made = work / f"grpo-seed{seed}" / "metrics.jsonl"
+        if (record / "metrics.jsonl").exists() and (record / "metrics.jsonl").read_bytes() != made.read_bytes():
+            record = record / f"start-{compare.start_fingerprint(str(model))[:12]}"
         record.mkdir(parents=True, exist_ok=True)
         for name in ("metrics.jsonl", "done.json"):
             shutil.copy(work / f"grpo-seed{seed}" / name, record / name)

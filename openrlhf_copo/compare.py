@@ -22,6 +22,7 @@ run on the CPU only (the tiny model in tests/test_compare.py, SmolLM2 in the ben
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -168,6 +169,23 @@ def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: P
     return argv
 
 
+def start_fingerprint(start: str) -> str:
+    """sha256 over a start checkpoint's weight files (by name, then bytes): two runs of one seed are paired only if
+    they began from the same weights. A start regenerated from its seed on another machine can differ: float-level
+    differences turned one sampled response at step 47 of the CPU plateau start, and its final model with it. Read
+    anew each time (under a second for SmolLM2-135M's 651 MB): a start can be remade in place."""
+    files = sorted(f for f in Path(start).iterdir() if f.suffix in (".safetensors", ".bin") and f.is_file())
+    if not files:
+        raise SystemExit(f"start checkpoint {start}: no *.safetensors or *.bin weight files to start from")
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 24), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) -> dict:
     """One run, unless it finished before (its `done.json`): a rerun resumes the comparison where it stopped."""
     directory = run_dir(out, method, seed)
@@ -189,6 +207,8 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
     if rc != 0:
         raise SystemExit(f"[{method} seed {seed}] failed (exit {rc}); log: {directory / 'train.log'}")
     info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1)}
+    if setting.start:
+        info["start_sha256"] = start_fingerprint(setting.start)
     marker.write_text(json.dumps(info))
     return info
 
@@ -274,9 +294,22 @@ def first_step_regime(first: dict, samples_per_prompt: int) -> dict:
     return out
 
 
+def check_same_start(out: Path, infos: List[dict], baseline: str = BASELINE) -> None:
+    """Refuses a report that would pair runs of one seed begun from different weights: each run's `start_sha256`
+    (none without a start checkpoint) must be its seed's baseline run's."""
+    base = {i["seed"]: i.get("start_sha256") for i in infos if i["method"] == baseline}
+    wrong = [run_dir(out, i["method"], i["seed"]) for i in infos
+             if i["seed"] in base and i.get("start_sha256") != base[i["seed"]]]
+    if wrong:
+        raise SystemExit(f"{out}: runs that started from other weights than their seed's {baseline} run (the "
+                         f"start_sha256 of their done.json): {', '.join(str(w) for w in wrong)}. A paired comparison "
+                         "needs one start per seed: rerun them, or the seed's baseline, from the same checkpoint")
+
+
 def report(out: Path, infos: List[dict], baseline: str = BASELINE, samples_per_prompt: Optional[int] = None) -> dict:
     """Per method: its runs' final greedy accuracy, its paired difference from ``baseline`` over seeds, and what its
     runs saw at their first step (DAPO's from its filter, given ``samples_per_prompt``)."""
+    check_same_start(out, infos, baseline)
     runs = [read_run(out, i) for i in infos]
     if samples_per_prompt:
         for r in runs:

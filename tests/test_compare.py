@@ -91,6 +91,36 @@ def test_the_report_pairs_each_method_with_grpo_prompt_by_prompt_and_over_seeds(
     assert "| copo | 2 | 0.625 +- 0.125 | +0.250 [+0.250, +0.250] | 0.50 |" in text
 
 
+def test_a_start_is_fingerprinted_by_its_weights_and_a_report_refuses_to_pair_two_starts(tmp_path):
+    """The fingerprint is the sha256 of the weight files, names then bytes (config and tokenizer files do not count);
+    one changed byte changes it. A seed whose runs began from other weights than its GRPO run is refused by name."""
+    import hashlib
+
+    start = tmp_path / "start"
+    start.mkdir()
+    (start / "model.safetensors").write_bytes(b"\x00\x01weights")
+    (start / "config.json").write_text("{}")
+    expected = hashlib.sha256(b"model.safetensors" + b"\x00\x01weights").hexdigest()
+    assert compare.start_fingerprint(str(start)) == expected
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "model.safetensors").write_bytes(b"\x00\x02weights")
+    assert compare.start_fingerprint(str(other)) != expected
+    with pytest.raises(SystemExit, match=r"no \*\.safetensors or \*\.bin weight files"):
+        compare.start_fingerprint(str(tmp_path))
+
+    first = {"copo_zero_std": 0.5}
+    infos = [write_run(tmp_path / "runs", m, seed, "1000", first) for m in ("grpo", "copo") for seed in (0, 1)]
+    for info in infos:
+        info["start_sha256"] = "a" if (info["method"], info["seed"]) != ("copo", 1) else "b"
+    compare.check_same_start(tmp_path / "runs", infos[:3])  # seed 1 has only its GRPO run: nothing to pair
+    with pytest.raises(SystemExit, match=r"copo-seed1\. A paired comparison needs one start per seed"):
+        compare.report(tmp_path / "runs", infos)
+    del infos[3]["start_sha256"]  # a run with no record of its start beside one with a record: refused too
+    with pytest.raises(SystemExit, match="copo-seed1"):
+        compare.check_same_start(tmp_path / "runs", infos)
+
+
 def test_dapos_first_step_is_read_from_its_filter(tmp_path):
     """DAPO (OpenRLHF's group_norm) logs no copo_* values; its filter logs 100 x responses kept / prompts drawn. At
     G = 6, 240 means 2.4 of 6 responses per drawn prompt kept: 0.4 of the responses carry a gradient, 0.6 of the

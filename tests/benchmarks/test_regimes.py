@@ -58,9 +58,10 @@ def test_the_plateau_start_is_made_once_remade_without_its_model_and_shared(offl
         model = Path(made[-1].ckpt.output_dir)
         model.mkdir(parents=True, exist_ok=True)
         (model / "config.json").write_text("{}")
+        (model / "model.safetensors").write_bytes(b"weights %d" % len(made))  # each remake: other weights
         (out / f"{method}-seed{seed}").mkdir(parents=True, exist_ok=True)
         for name in ("metrics.jsonl", "done.json"):
-            (out / f"{method}-seed{seed}" / name).write_text("{}\n")
+            (out / f"{method}-seed{seed}" / name).write_text(json.dumps({"made": len(made)}) + "\n")
         return {}
 
     monkeypatch.setattr(compare, "run_one", fake_run_one)
@@ -83,6 +84,11 @@ def test_the_plateau_start_is_made_once_remade_without_its_model_and_shared(offl
     (Path(s.start) / "config.json").unlink()  # a machine without it regenerates it from its seed
     offline.plateau_setting()
     assert len(made) == 2
+    # the regenerated start came out other weights: its curve goes beside the first one's, under its fingerprint
+    record = tmp_path / "results" / "plateau_start"
+    assert json.loads((record / "metrics.jsonl").read_text()) == {"made": 1}
+    again = record / f"start-{compare.start_fingerprint(s.start)[:12]}" / "metrics.jsonl"
+    assert json.loads(again.read_text()) == {"made": 2}
 
 
 def _run(folder: Path, method: str, seed: int, outcomes: str, first: dict) -> None:

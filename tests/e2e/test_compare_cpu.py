@@ -54,6 +54,9 @@ def test_both_runs_finish_from_the_start_checkpoint_on_the_same_first_batch(comp
     assert steps["grpo"][0]["copo_correct"] == steps["copo"][0]["copo_correct"]
     assert steps["grpo"][0]["copo_entropy"] == steps["copo"][0]["copo_entropy"]
     assert len((out / "train-first2.jsonl").read_text().splitlines()) == 2
+    # each run records the weights it began from: the start checkpoint's, the same for both
+    starts = {json.loads((out / f"{m}-seed0" / "done.json").read_text())["start_sha256"] for m in ("grpo", "copo")}
+    assert len(starts) == 1 and len(starts.pop()) == 64
 
 
 def test_the_report_pairs_copo_with_grpo_and_a_rerun_resumes(compared):
