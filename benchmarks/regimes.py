@@ -377,6 +377,9 @@ def report() -> Dict[str, dict]:
         text += [f"## The plateau start: GRPO over the arithmetic mix's 72 prompts, {len(curve) - 1} passes", "",
                  start_curve_markdown(curve), "", "Plot: regimes_plateau_start.png.", ""]
         plot_start_curve(curve, RESULTS.parent / "regimes_plateau_start.png")
+    for again in sorted((RESULTS / "plateau_start").glob("start-*/metrics.jsonl")):
+        text += [f"### The plateau start regenerated on another machine: {again.parent.name} (runs that record this "
+                 "start_sha256 began from it)", "", start_curve_markdown(start_curve(again)), ""]
 
     (RESULTS.parent / "regimes.md").write_text("\n".join(text))
     (RESULTS.parent / "regimes.json").write_text(json.dumps(results, indent=1))
