@@ -92,9 +92,13 @@ def arithmetic_data(steps: int = STEPS) -> tuple:
 def plateau_start(episodes: int = PLATEAU_EPISODES, seed: int = 0, record: Path = None) -> Path:
     """The plateau regime's start: GRPO (the demo's job at G = 6) trained from SmolLM2-135M-Instruct for ``episodes``
     passes over the arithmetic mix's 72 training prompts, evaluated every `PLATEAU_EVAL_EVERY` steps. Made once per
-    machine (`cpu_demo.models.cache_dir`) and regenerated from its seed where missing: seeded runs reproduce exactly on
-    this machine, so no weights are committed. One start is shared by every method and seed. Its metrics file (the
-    curve that shows GRPO flattening) is copied to ``record``. Returns the HF model folder."""
+    machine (`cpu_demo.models.cache_dir`) and regenerated from its seed where missing, so no weights are committed.
+    Seeded runs reproduce exactly on one machine, not always on another: remade on a second machine, the start
+    matched the first through step 36 and then parted (one sampled response at step 47). So every run records the
+    sha256 of its start and the report pairs only runs of one start (`compare.check_same_start`). One start is
+    shared by every method and seed of a machine. Its metrics file (the curve that shows GRPO flattening) is copied
+    to ``record``, or beside it under the start's fingerprint when another start's curve is there. Returns the HF
+    model folder."""
     import shutil
 
     from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct
