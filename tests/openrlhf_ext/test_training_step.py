@@ -231,3 +231,27 @@ def test_masking_a_batch_without_any_advantage_keeps_its_masks_and_loses_nothing
     assert exp.action_mask.sum() > 0
     status = trainer.training_step(exp, kl_ctl=0.0, step=0)
     assert status["metrics"]["policy_loss"].item() == 0 and status["metrics"]["actor_grad_norm"] == 0
+
+
+def test_a_micro_batch_whose_every_response_was_masked_out_logs_without_dividing_by_zero(load_args, tiny_model_dir):
+    """A batch with live groups can still hold a micro-batch of dead ones alone (the CPU plateau did, two groups a
+    micro-batch): no action token is left in it. Its step is 0 and its status counts one token with 0 for every
+    token-weighted metric, so OpenRLHF's `ppo_train`, which divides each by the micro-batch's token count, neither
+    raises ZeroDivisionError nor logs NaN; its sample-weighted metrics stay as they were."""
+    args = load_args(copo_argv("--copo.mode", "grpo", "--copo.mask_zero_advantage", model=tiny_model_dir))
+    _, trainer = build_trainer(args)
+    exp = micro_batch(args, trainer, MIXED_REWARDS, MIXED_IDS, old_logprob_shift=0.5)
+    exp.action_mask = torch.zeros_like(exp.action_mask)  # what the mask leaves of a micro-batch of dead groups
+    exp.advantages = torch.zeros_like(exp.advantages)
+    # ppo_train's normalizer is the optimizer step's (every micro-batch of the rollout batch, which has live tokens)
+    window = {"dp_size": 1, "batch_num_tokens": torch.tensor(100.0), "global_batch_size": torch.tensor(8.0)}
+    status = trainer.training_step(exp, kl_ctl=0.0, step=0, loss_batch_info=window)
+    assert status["num_action_tokens"] == 1.0 and status["num_samples"] == float(len(exp.sequences))
+    token_weighted = [k for k, w in status["weights"].items() if w == "token" and k in status["metrics"]]
+    assert "policy_loss" in token_weighted
+    assert all(float(status["metrics"][k]) == 0.0 for k in token_weighted)
+    assert status["metrics"]["actor_grad_norm"] == 0  # the update is untouched: nothing to learn from
+    # ppo_train's merge of this status on one rank: each token-weighted metric x tokens / tokens
+    merged = {k: float(status["metrics"][k]) * status["num_action_tokens"] / status["num_action_tokens"]
+              for k in token_weighted}
+    assert all(v == 0.0 for v in merged.values())

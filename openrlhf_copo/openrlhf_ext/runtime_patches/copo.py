@@ -74,7 +74,7 @@ def after_training_step(trainer, status: dict) -> dict:
 
     loss = trainer.actor_loss_fn
     if not isinstance(loss, CopoPolicyLoss):
-        return status
+        return weigh_a_micro_batch_without_tokens(status)
     if loss.global_advantages is not None or loss.last_terms is None:
         loss.global_advantages = None
         raise RuntimeError(
@@ -86,6 +86,23 @@ def after_training_step(trainer, status: dict) -> dict:
     for name, (value, weight) in loss.last_terms.items():
         status["metrics"][name] = value
         status["weights"][name] = weight
+    return weigh_a_micro_batch_without_tokens(status)
+
+
+def weigh_a_micro_batch_without_tokens(status: dict) -> dict:
+    """A micro-batch whose every response `--copo.mask_zero_advantage` took out of the loss has no action token:
+    its loss and gradient are 0, but OpenRLHF 0.11.2's `ppo_train` divides its token-weighted metrics by the
+    micro-batch's token count (ZeroDivisionError on one rank; it happened on the CPU plateau, where most groups
+    agree), and their masked means are 0/0. Such a micro-batch is logged as one token whose token-weighted metrics
+    are 0: the step's logged means are diluted by that one token, the update is untouched."""
+    import torch
+
+    if int(status["num_action_tokens"]) > 0:
+        return status
+    status["num_action_tokens"] = 1.0
+    for name, weight in status["weights"].items():
+        if weight == "token" and name in status["metrics"]:
+            status["metrics"][name] = torch.zeros(())
     return status
 
 
