@@ -186,11 +186,16 @@ def start_fingerprint(start: str) -> str:
     return digest.hexdigest()
 
 
+def is_finished(directory: Path) -> bool:
+    """A run finished when its folder has both its marker and its metrics; a folder without them is redone whole."""
+    return (directory / "done.json").exists() and (directory / "metrics.jsonl").exists()
+
+
 def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) -> dict:
     """One run, unless it finished before (its `done.json`): a rerun resumes the comparison where it stopped."""
     directory = run_dir(out, method, seed)
-    metrics, marker = directory / "metrics.jsonl", directory / "done.json"
-    if marker.exists() and metrics.exists():
+    marker = directory / "done.json"
+    if is_finished(directory):
         return json.loads(marker.read_text())
     if directory.exists():
         for p in directory.glob("*"):
@@ -223,9 +228,13 @@ def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out:
     plan = [(m, s, i == 0) for s in seeds for i, m in enumerate(methods)]
     infos = []
     for method, seed, step0 in tqdm(plan, desc="runs", unit="run"):
+        kept = is_finished(run_dir(out, method, seed))
         info = run_one(setting, method, seed, out, step0)
         infos.append(info)
-        tqdm.write(f"[{method} seed {seed}] done in {info['wall_seconds'] / 60:.1f} min")
+        minutes = info["wall_seconds"] / 60
+        # a kept run says so: its time is the one it took when it ran, not this command's
+        tqdm.write(f"[{method} seed {seed}] " + (f"kept: finished before ({minutes:.1f} min then)" if kept
+                                                 else f"done in {minutes:.1f} min"))
     return infos
 
 
@@ -233,7 +242,7 @@ def finished_runs(out: Path, methods: Optional[Sequence[str]] = None,
                   seeds: Optional[Sequence[int]] = None) -> List[dict]:
     """The markers of the finished runs under ``out`` (of ``methods`` and ``seeds`` when given), the baseline's first."""
     infos = [json.loads(p.read_text()) for p in sorted(Path(out).glob("*-seed*/done.json"))
-             if (p.parent / "metrics.jsonl").exists()]
+             if is_finished(p.parent)]
     infos = [i for i in infos if (methods is None or i["method"] in methods) and (seeds is None or i["seed"] in seeds)]
     return sorted(infos, key=lambda i: (i["method"] != BASELINE, i["seed"], i["method"]))
 

@@ -73,4 +73,6 @@ def test_the_report_pairs_copo_with_grpo_and_a_rerun_resumes(compared):
     assert "| grpo | 1 |" in text and "(baseline)" in text and "| copo | 1 |" in text
     # the same command again finds both runs finished and only writes the report
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("done in") == 2 and (out / "report.md").read_text() == text
+    assert again.stdout.count("kept: finished before") == 2 and "done in" not in again.stdout
+    assert first.stdout.count("done in") == 2 and "kept: finished before" not in first.stdout
+    assert (out / "report.md").read_text() == text
