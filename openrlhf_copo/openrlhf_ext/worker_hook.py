@@ -12,13 +12,16 @@ So this module imports nothing but the standard library, and the hook does two t
    modules (by then Ray has narrowed its GPUs, and OpenRLHF's own imports touch CUDA anyway), the
    COPO patch for that module is installed right after the module has run (`runtime_patches/`);
 2. on a CPU run, which the driver chose and announced in `OPENRLHF_COPO_CPU=1` (no CUDA to
-   touch there), installs the CPU device path (`cpu.py`). No CUDA query decides anything here.
+   touch there), installs the CPU device path (`cpu.py`). No CUDA query decides anything here;
+3. rewrites a `TORCH_CUDA_ARCH_LIST` that DeepSpeed cannot parse (`deepspeed_arch_list`), before the actor's
+   DeepSpeed JIT-builds its fused Adam.
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import os
+import re
 import sys
 import threading
 
@@ -91,9 +94,25 @@ def install_post_import_patches() -> None:
             _run_patch(sys.modules[name])
 
 
+def deepspeed_arch_list(environ=os.environ) -> None:
+    """Drop the arch suffixes of `TORCH_CUDA_ARCH_LIST` ("9.0a" -> "9.0") in ``environ``, saying so on stderr.
+
+    Hopper images set "9.0a" (the arch-specific features); DeepSpeed 0.19.6 JIT-builds FusedAdam, OpenRLHF's
+    optimizer on CUDA, for the archs listed there and parses each as integers, so the actor's first step fails with
+    `ValueError: invalid literal for int() with base 10: '0a'` (seen on an H200 on 2026-11-26,
+    docs/gpu-runs/). The suffix only adds arch-specific instructions, which fused Adam does not use."""
+    archs = environ.get("TORCH_CUDA_ARCH_LIST", "")
+    plain = re.sub(r"(\d+\.\d+)[af]", r"\1", archs)
+    if plain != archs:
+        environ["TORCH_CUDA_ARCH_LIST"] = plain
+        print(f"openrlhf_copo: TORCH_CUDA_ARCH_LIST {archs!r} -> {plain!r} (DeepSpeed's JIT builds cannot parse an "
+              "arch suffix)", file=sys.stderr, flush=True)
+
+
 def ray_worker_setup() -> None:
     """Ray `worker_process_setup_hook`: runs in every Ray worker process before its first task."""
     install_post_import_patches()
+    deepspeed_arch_list()
     if os.environ.get(CPU_ENV) == "1":
         from openrlhf_copo.openrlhf_ext import cpu
 

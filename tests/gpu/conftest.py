@@ -8,7 +8,11 @@ import os
 import pytest
 import torch
 
+from openrlhf_copo.openrlhf_ext.worker_hook import deepspeed_arch_list
 from tests_support import free_port
+
+# The training-step tests build DeepSpeed in this process, where the worker hook does not run.
+deepspeed_arch_list()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 GPU_NODE_HOOK = """
 import sys
 from openrlhf_copo.openrlhf_ext.worker_hook import ray_worker_setup
@@ -74,3 +76,26 @@ def test_on_a_cpu_run_the_drivers_variable_installs_the_cpu_path():
 def test_a_module_imported_before_the_hook_is_patched_at_once():
     out = run_fresh(ALREADY_IMPORTED)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def test_a_suffixed_cuda_arch_list_is_made_one_deepspeeds_jit_build_parses(monkeypatch, capsys):
+    """A Hopper image's TORCH_CUDA_ARCH_LIST="9.0a" broke DeepSpeed's FusedAdam build on an H200 (docs/gpu-runs/):
+    the worker hook rewrites it, and DeepSpeed's own JIT arch parsing then accepts it."""
+    from deepspeed.ops.op_builder.fused_adam import FusedAdamBuilder
+
+    from openrlhf_copo.openrlhf_ext.worker_hook import deepspeed_arch_list
+
+    builder = FusedAdamBuilder()
+    builder.jit_mode = True  # what DeepSpeed's jit_load sets before it asks for the nvcc arch flags
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0a 10.0f+PTX")
+    with pytest.raises(ValueError, match="0a"):
+        builder.compute_capability_args()
+    deepspeed_arch_list()
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0 10.0+PTX"
+    assert "'8.0;9.0a 10.0f+PTX' -> '8.0;9.0 10.0+PTX'" in capsys.readouterr().err
+    builder.compute_capability_args()  # under JIT, DeepSpeed writes its canonical list back for torch's build
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0;10.0+PTX"
+
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")  # a plain list is left alone, silently
+    deepspeed_arch_list()
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "9.0" and capsys.readouterr().err == ""
