@@ -127,7 +127,7 @@ def released_float32_standardized(values):
 @pytest.mark.parametrize("value, g, released", [(0.3, 6, 0.0289), (0.1, 8, -0.0074), (0.1, 6, 0.0)])
 def test_equal_rewards_are_exactly_equal_here_not_in_float32_there(load_args, value, g, released):
     """G equal rewards that float32 cannot average exactly (six of 0.3; eight of 0.1, an all formatted-but-wrong
-    group at the 7B scripts' G under the 0 / 0.1 / 1 format reward) get a small non-zero local advantage in the
+    group under this project's 0 / 0.1 / 1 format reward at G = 8) get a small non-zero local advantage in the
     released code, so its `only-forced` (f_i = 1[A^L_i != 0]) trains them on the local term. Here a group whose
     rewards are all equal has A_local exactly 0 under every row's flags and counts as zero-variance, so `only-forced`
     trains it on the global term alone, as it does a group of equal 0/1 rewards."""
