@@ -253,6 +253,46 @@ def which_method_when(results: Dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+#: Why a method's runs can end with GRPO's very verdicts, where the table shows it (see `table_notes`).
+SAME_RUNS_WHY = {"grpo_masked": "it is GRPO with the loss divided by fewer tokens, a factor per step that "
+                                "OpenRLHF's gradient clip (`--actor.max_norm 1.0`) undoes wherever it binds, so "
+                                "where the clip binds at every step the two runs make the same updates and draw "
+                                "the same responses (docs/benchmarks.md)"}
+
+
+def table_notes(results: Dict[str, dict]) -> List[str]:
+    """What the which-method-when table needs said under it, read from the runs: each interval of zero width (every
+    seed gave the same difference, which a t-interval cannot tell from no spread), and what its machine-hours count."""
+    notes = []
+    for regime in results:
+        for method in TABLE_METHODS:
+            row = results[regime]["table"].get(AT_G.get((method, results[regime]["G"]), method))
+            d = row and row["minus_baseline"]
+            if not d or len(d["per_seed"]) < 2 or d["ci95"][0] != d["ci95"][1]:
+                continue
+            seeds, where = d["per_seed"], f"`{method}`, {column(regime, results[regime])}"
+            if all(p["gained"] == 0 and p["lost"] == 0 for p in seeds):
+                why = SAME_RUNS_WHY.get(method)
+                notes.append(f"- {where}, {d['mean']:+.3f} with an interval of zero width: in each of its "
+                             f"{len(seeds)} seeds its final held-out verdicts are GRPO's on all {seeds[0]['n']} "
+                             "prompts (none gained, none lost), so every difference is 0." +
+                             (f" Why the runs agree: {why}." if why else ""))
+            else:
+                counts = ", ".join(f"{p['gained']} gained / {p['lost']} lost" for p in seeds)
+                notes.append(f"- {where}, {d['mean']:+.3f} with an interval of zero width: its {len(seeds)} seeds "
+                             f"gave the same difference ({counts}, of {seeds[0]['n']} prompts), and a t-interval "
+                             "over equal values has zero width: it says nothing of the spread between runs.")
+    notes.append("- *machine-hours of the column*: the summed wall time of every finished run in that column's "
+                  "folder, methods not in this table included (for `mixed`, every run of the learning-curve "
+                  "benchmark); the plateau's start and the step-1 probes are not counted.")
+    return notes
+
+
+def which_method_when_with_notes(results: Dict[str, dict]) -> str:
+    """The table and the notes under it: what the report writes into regimes.md and between the README's markers."""
+    return which_method_when(results) + "\n\n" + "\n".join(table_notes(results))
+
+
 def plot(results: Dict[str, dict], path: Path) -> None:
     """One panel row per regime: each method minus GRPO with its 95% interval; GRPO's and each method's share of
     zero-variance groups over the steps; the share of responses with a gradient over the steps."""
@@ -372,7 +412,7 @@ def report() -> Dict[str, dict]:
     for regime, res in results.items():
         text += [f"## {column(regime, res)}; {res['machine_hours']:.1f} machine-hours on this machine's 2 cores",
                  "", compare.markdown(res), ""]
-    table = which_method_when(results)
+    table = which_method_when_with_notes(results)
     text += ["## Which method when", "", table, ""]
     README.write_text(readme_with_table(README.read_text(), table))
     start = RESULTS / "plateau_start" / "metrics.jsonl"

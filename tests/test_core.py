@@ -211,9 +211,12 @@ def test_batch_where_every_reward_is_equal_gives_zeros_not_nan():
 
 
 def test_zero_spread_is_exactly_zero_despite_rounding():
-    # mean of six 0.1s is not exactly 0.1 in float; (x - mean) / eps would be ~1e-3, not 0
-    out = standardize(torch.full((1, 6), 0.1), dim=1, eps=1e-6)
-    assert (out == 0).all()
+    # the float32 mean of six 0.3s (or eight 0.1s) is not the value itself; (x - mean) / (std + eps) would be about
+    # 0.03, not 0 (the released code's +0.0289: tests/test_released_switches.py)
+    for value, g in ((0.1, 6), (0.3, 6), (0.1, 8)):
+        for std in ("population", "unbiased", "none"):
+            out = standardize(torch.full((1, g), value), dim=1, std=std, eps=1e-6)
+            assert (out == 0).all(), (value, g, std)
 
 
 def test_single_prompt_batch_has_zero_global_advantage():

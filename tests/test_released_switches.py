@@ -110,3 +110,54 @@ def test_the_shapes_that_separate_the_values():
     assert local[4][3] == pytest.approx(s * -0.75 / (0.5 + 1e-6)) and glob[4][3] == pytest.approx((1 - s) * ag(0.75))
     local, glob = released_reference("only-forced", 5, 1)
     assert glob[0] == [pytest.approx(ag(1.0))] * 4 and glob[4] == [0.0] * 4  # f = 0 only in all-equal groups
+
+
+# ---------------------------------------------------------------------------------------------
+# The two edge cases where the released code's arithmetic, not its formulas, differs (docs/paper.md, "Two edge
+# cases"). Their code computes in float32 with no test for equal values: the group's mean and unbiased std of the
+# rewards (torch.mean, torch.std), then (r - mean) / (std + 1e-6); the batch's global statistics the same way over
+# its prompts. That reading, written here from those facts:
+
+def released_float32_standardized(values):
+    """(x - mean) / (unbiased std + 1e-6) in float32, as the released code computes both advantages."""
+    x = torch.tensor(values, dtype=torch.float32)
+    return (x - torch.mean(x)) / (torch.std(x) + 1e-6)
+
+
+@pytest.mark.parametrize("value, g, released", [(0.3, 6, 0.0289), (0.1, 8, -0.0074), (0.1, 6, 0.0)])
+def test_equal_rewards_are_exactly_equal_here_not_in_float32_there(load_args, value, g, released):
+    """G equal rewards that float32 cannot average exactly (six of 0.3; eight of 0.1, an all formatted-but-wrong
+    group under this project's 0 / 0.1 / 1 format reward at G = 8) get a small non-zero local advantage in the
+    released code, so its `only-forced` (f_i = 1[A^L_i != 0]) trains them on the local term. Here a group whose
+    rewards are all equal has A_local exactly 0 under every row's flags and counts as zero-variance, so `only-forced`
+    trains it on the global term alone, as it does a group of equal 0/1 rewards."""
+    there = released_float32_standardized([value] * g)
+    assert there.tolist() == pytest.approx([released] * g, abs=5e-5)  # 0.0 for six 0.1s: exact by luck there
+    rewards = torch.tensor([[value] * g, [1.0] * (g // 2) + [0.0] * (g - g // 2)])  # + one mixed group
+    answers = torch.tensor([[1] * g, list(range(g))])
+    rows, common = mapping_table()
+    for flg in RELEASED_VALUES:
+        settings = copo_settings(load_args(copo_argv(*rows[flg], *common)))
+        out = copo_advantages(rewards, answers, rewards > 0, **settings)
+        assert (out.local_adv[0] == 0).all(), flg  # exactly 0, not round-off / eps
+        assert torch.isfinite(out.local_adv).all() and (out.local_adv[1] != 0).all(), flg
+        if flg == "only-forced":  # here the global term alone; there f_i = 1 where the released value is not 0
+            assert (out.w_local[0] == 0).all() and (out.w_global[0] == 1).all()
+            assert (out.weighted_global[0] != 0).all()
+
+
+@pytest.mark.filterwarnings("ignore:std\\(\\). degrees of freedom")
+@pytest.mark.parametrize("flg", RELEASED_VALUES)
+def test_a_batch_of_one_prompt_has_global_advantage_zero_here_nan_there(load_args, flg):
+    """One prompt in the rollout batch: the released code's unbiased std over one prompt reward is NaN, so its global
+    advantages are NaN, and so is its loss wherever the global term enters it (every value but `no-global`: 0 x NaN
+    is NaN). Here a batch with no spread of prompt rewards has A_global exactly 0: the global term trains nothing."""
+    assert torch.isnan(released_float32_standardized([0.5])).all()
+    rows, common = mapping_table()
+    settings = copo_settings(load_args(copo_argv(*rows[flg], *common)))
+    for group in ([1.0, 0.0, 1.0, 0.0, 1.0, 1.0], [0.0] * 6, [1.0] * 6):
+        rewards = torch.tensor([group])
+        out = copo_advantages(rewards, torch.tensor([[1, 2, 1, 3, 1, 1]]), rewards > 0, **settings)
+        assert (out.global_adv == 0).all() and (out.weighted_global == 0).all()
+        for t in (out.local_adv, out.global_adv, out.w_local, out.w_global, out.weighted_local):
+            assert torch.isfinite(t).all()

@@ -159,7 +159,7 @@ def test_the_readme_table_is_the_committed_runs_table(regimes):
     readme = regimes.README.read_text()
     start, end = regimes.README_MARKERS
     in_readme = readme.split(start)[1].split(end)[0].strip()
-    assert in_readme == regimes.which_method_when(regimes.collect())
+    assert in_readme == regimes.which_method_when_with_notes(regimes.collect())
 
 
 def test_the_readme_table_is_replaced_between_its_markers_only(regimes):
@@ -168,3 +168,31 @@ def test_the_readme_table_is_replaced_between_its_markers_only(regimes):
     assert regimes.readme_with_table(text, "| new |") == f"intro\n{start}\n| new |\n{end}\n\nwords after\n"
     with pytest.raises(SystemExit, match="README.md: expected one"):
         regimes.readme_with_table("no markers", "| new |")
+
+
+def test_the_notes_under_the_table_explain_each_interval_of_zero_width(regimes, tmp_path, monkeypatch):
+    """Two seeds with no verdict changed (the denominator control, identical runs) and two seeds with the same
+    non-zero difference (a coincidence, not identical runs) each give an interval of zero width; the notes say which
+    it is, from the per-prompt verdicts, and what the machine-hours row counts. An interval of non-zero width gets
+    no note."""
+    first = {"copo_zero_std": 0.75, "copo_all_incorrect": 0.5, "copo_signal_copo": 0.25}
+    for seed, base in enumerate(["1100", "1110"]):
+        _run(tmp_path / "plateau", "grpo", seed, base, first)
+        _run(tmp_path / "plateau", "grpo_masked", seed, base, first)  # the same verdicts: +0.000 [+0.000, +0.000]
+    _run(tmp_path / "plateau", "rl_zvp", 0, "1000", first)  # -1 of 4: one lost
+    _run(tmp_path / "plateau", "rl_zvp", 1, "0011", first)  # -1 of 4: one gained, two lost
+    _run(tmp_path / "plateau", "copo", 0, "1000", first)  # -0.25, then 0: an interval of non-zero width
+    _run(tmp_path / "plateau", "copo", 1, "1110", first)
+    monkeypatch.setattr(regimes, "REGIME_RUNS", {"plateau": (tmp_path / "plateau", 6, 3e-5)})
+    results = regimes.collect()
+    table = regimes.which_method_when(results)
+    assert "| grpo_masked | +0.000 [+0.000, +0.000] (2 seeds) |" in table
+    assert "| rl_zvp | -0.250 [-0.250, -0.250] (2 seeds) |" in table
+    notes = regimes.table_notes(results)
+    assert len(notes) == 3 and not any("`copo`" in n for n in notes)
+    rl_zvp = next(n for n in notes if n.startswith("- `rl_zvp`"))
+    assert "0 gained / 1 lost, 1 gained / 2 lost, of 4 prompts" in rl_zvp and "says nothing of the spread" in rl_zvp
+    masked = next(n for n in notes if n.startswith("- `grpo_masked`"))
+    assert "GRPO's on all 4 prompts (none gained, none lost)" in masked and "gradient clip" in masked
+    assert notes[-1].startswith("- *machine-hours of the column*: the summed wall time of every finished run")
+    assert regimes.which_method_when_with_notes(results) == table + "\n\n" + "\n".join(notes)
