@@ -38,8 +38,11 @@ WALL_LINE = re.compile(r"run (\d+) rc=(-?\d+) wall=(\d+) s")
 
 def fresh_command(home: Path, extra: List[str]) -> Tuple[List[str], Dict[str, str]]:
     """The command and environment of one fresh run: only PATH carried over, HOME empty (no model, data, vLLM or
-    Ray caches), no OPENRLHF_COPO_CACHE."""
+    Ray caches), no OPENRLHF_COPO_CACHE. PYTHONPATH is carried when set, so that a batch can run a checkout of fixed
+    code (a git worktree) while the main one changes."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "TERM": "dumb"}
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     return [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", "--advantage_estimator", "copo", *extra], env
 
 
