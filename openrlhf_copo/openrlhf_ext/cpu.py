@@ -47,7 +47,7 @@ import sys
 from typing import List
 
 from openrlhf_copo.contract import CPU_ENV, ROLLOUT_SEED_ENV
-from openrlhf_copo.openrlhf_ext.device import cuda_available
+from openrlhf_copo.openrlhf_ext.device import cluster_address, cuda_available
 from openrlhf_copo.vllm_cpu import vllm_cpu_env
 
 #: The dtype the vLLM engines of a CPU run are built with instead of OpenRLHF's fixed bfloat16.
@@ -142,9 +142,9 @@ def ray_init_kwargs(args, kwargs: dict) -> dict:
     dtype = {VLLM_DTYPE_ENV: "float32"} if getattr(args.ds, "param_dtype", None) == FP32 else {}
     env["env_vars"] = {**loopback_env(), **dtype, **dict(env.get("env_vars") or {})}
     kwargs["runtime_env"] = env
-    if not os.environ.get("RAY_ADDRESS") and "address" not in kwargs:
-        # address "local": a cluster of its own even where `ray start` runs one on this machine (a bare
-        # `ray.init()` would join that one, and fail on num_gpus). Use a cluster with `ray job submit`.
+    if cluster_address() is None and "address" not in kwargs:
+        # No cluster to join (RAY_ADDRESS unset, no `ray start` cluster on this machine: the one `--copo.device auto`
+        # asked, when it asked one): a cluster of its own, address "local".
         slots = device_slots(args)
         kwargs.update(address="local", num_cpus=max(8, 2 * slots + 4), num_gpus=slots,
                       _node_ip_address="127.0.0.1", include_dashboard=False)
