@@ -103,12 +103,12 @@ class CopoSettings:
     metrics_file: Optional[str] = _setting(None, "also append every step's logged metrics, and every evaluation's "
                                                  "(rows with \"eval\": 1), to this JSON-lines file (any estimator)",
                                            kind=str)
-    device: str = _setting("auto", "where the actors run: cuda, cpu (the CPU path: logical GPU slots, no CUDA touched), "
-                                   "or auto: read from the resources the Ray cluster the run joins declares (found as "
-                                   "ray.init() finds it: RAY_ADDRESS, as under `ray job submit`, else the latest `ray "
-                                   "start` on this machine): CUDA unless all its GPU slots are marked logical (resource "
-                                   "logical_gpu); with no cluster to join, this machine's CUDA (any estimator)",
-                           choices=DEVICES)
+    device: str = _setting("auto", "where the actors run: cuda, cpu (the CPU path: logical GPU slots, no CUDA "
+                                   "touched), or auto: read from the resources the Ray cluster the run joins declares "
+                                   "(found as ray.init() finds it: RAY_ADDRESS, as under `ray job submit`, else the "
+                                   "latest `ray start` on this machine): CUDA unless all its GPU slots are marked "
+                                   "logical (resource logical_gpu); with no cluster to join, this machine's CUDA (any "
+                                   "estimator)", choices=DEVICES)
     eval_before_train: bool = _setting(False, "with --eval.dataset: also evaluate once before the first step "
                                               "(step 0; not when resuming), as verl's val_before_train, so a run "
                                               "reports its held-out gain (any estimator)")

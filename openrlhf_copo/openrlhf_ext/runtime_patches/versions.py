@@ -1,8 +1,8 @@
 """Which openrlhf the patches were written against, and the checks that refuse any other.
 
 Every symbol of OpenRLHF that a patch or the CPU device path (`cpu.py`) replaces, wraps, or calls with positional
-arguments is listed once, in `PATCHED_SYMBOLS`, with the leading parameters the patch relies on. `check_openrlhf` checks the version range and
-every one of them in the driver, so that an openrlhf whose internals moved fails there in one line rather than in a
+arguments is listed once, in `PATCHED_SYMBOLS`, with the leading parameters the patch relies on. `check_openrlhf`
+checks the version range and every one of them in the driver, so that an openrlhf whose internals moved fails there in one line rather than in a
 Ray worker, or worse, silently: `evaluation.apply_eval_generation` calls the private `_generate_vllm` positionally,
 and `rollout.patch_agent` reads the engine as the executor's sixth argument. Each patch module also checks its own
 symbols when it installs (in the worker). Every patch module reads `PATCHED_ATTR` (the mark a patched class or
