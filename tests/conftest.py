@@ -45,6 +45,14 @@ def tiny_model_dir(tmp_path_factory) -> str:
     return str(path)
 
 
+@pytest.fixture
+def no_ray_cluster(monkeypatch, tmp_path):
+    """No Ray cluster for this test's driver to join, whatever runs on the machine: RAY_ADDRESS unset, and an empty
+    Ray temp dir (`RAY_TMPDIR`), so no `ray start` cluster's address file is found (`device.cluster_address`)."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+
+
 @pytest.fixture(scope="session")
 def gloo_world():
     """A real torch.distributed group of one process on 127.0.0.1 (what DeepSpeed joins)."""

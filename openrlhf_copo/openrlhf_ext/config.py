@@ -38,12 +38,18 @@ def is_copo(args) -> bool:
     return getattr(getattr(getattr(args, "algo", None), "advantage", None), "estimator", None) in copo_estimators()
 
 
-def _setting(default, help: str, *, choices=None, check=None, core=False, resume=False, kind=None):
+#: `_setting`'s ``scope``: which estimators read a setting. COPO's estimators only (given to another, it is refused:
+#: it would change nothing); any estimator; COPO's only, but it only adds to the logs (given to another: a warning).
+COPO_ONLY, ANY_ESTIMATOR, COPO_LOGS = "copo", "any", "copo logs"
+
+
+def _setting(default, help: str, *, choices=None, check=None, core=False, resume=False, kind=None, scope=COPO_ONLY):
     """One `--copo.<name>` setting: ``check`` is (predicate, what the value must be); ``core``: a keyword of
-    `core.copo_advantages`; ``resume``: a resumed run must keep it (it changes the training math). ``choices``
-    may be a function, called when the parser is built (the registry's modes)."""
+    `core.copo_advantages`; ``resume``: a resumed run must keep it (it changes the training math); ``scope``: which
+    estimators read it (`COPO_ONLY`, `ANY_ESTIMATOR`, `COPO_LOGS`). ``choices`` may be a function, called when the
+    parser is built (the registry's modes)."""
     return field(default=default, metadata=dict(help=help, choices=choices, check=check, core=core,
-                                                resume=resume or core, kind=kind or type(default)))
+                                                resume=resume or core, kind=kind or type(default), scope=scope))
 
 
 @dataclass(frozen=True)
@@ -102,43 +108,46 @@ class CopoSettings:
                                         check=(lambda v: 0 <= v <= 1, "must be a share in [0, 1]"))
     metrics_file: Optional[str] = _setting(None, "also append every step's logged metrics, and every evaluation's "
                                                  "(rows with \"eval\": 1), to this JSON-lines file (any estimator)",
-                                           kind=str)
-    device: str = _setting("auto", "where the actors run: cuda, cpu (the CPU path: logical GPU slots, no CUDA touched), "
-                                   "or auto: asked of the Ray cluster the job joins (RAY_ADDRESS, as under `ray job "
-                                   "submit`: one task on a GPU slot reports whether it sees CUDA), else this machine "
-                                   "(any estimator)", choices=DEVICES)
+                                           kind=str, scope=ANY_ESTIMATOR)
+    device: str = _setting("auto", "where the actors run: cuda, cpu (the CPU path: logical GPU slots, no CUDA "
+                                   "touched), or auto: read from the resources the Ray cluster the run joins declares "
+                                   "(found as ray.init() finds it: RAY_ADDRESS, as under `ray job submit`, else the "
+                                   "latest `ray start` on this machine): CUDA unless all its GPU slots are marked "
+                                   "logical (resource logical_gpu); with no cluster to join, this machine's CUDA (any "
+                                   "estimator)", choices=DEVICES, scope=ANY_ESTIMATOR)
     eval_before_train: bool = _setting(False, "with --eval.dataset: also evaluate once before the first step "
                                               "(step 0; not when resuming), as verl's val_before_train, so a run "
-                                              "reports its held-out gain (any estimator)")
+                                              "reports its held-out gain (any estimator)", scope=ANY_ESTIMATOR)
     eval_after_train: bool = _setting(False, "with --eval.dataset: also evaluate after the last step when "
                                              "--eval.steps does not divide it (with dynamic filtering the number "
                                              "of steps is not known in advance), so every run ends evaluated "
-                                             "(any estimator)")
+                                             "(any estimator)", scope=ANY_ESTIMATOR)
     seeded_rollouts: bool = _setting(False, "sample every response with its own vLLM seed, a hash of --train.seed, "
                                             "the prompt and how many responses the engine sampled for it before: "
                                             "two runs from the same weights draw the same responses whatever else "
                                             "shares vLLM's batch (OpenRLHF's draws depend on batching and arrival "
                                             "order), e.g. the same first rollout batch for two methods compared "
-                                            "(any estimator)")
+                                            "(any estimator)", scope=ANY_ESTIMATOR)
     push_metrics: bool = _setting(False, "log each loss term's push on the sampled tokens (copo_push_local_sq, "
                                          "copo_push_global_sq, copo_push_dot: the global term's share of the update "
                                          "and its cosine with the local term); costs two more PolicyLoss evaluations "
-                                         "and backwards per micro-batch (benchmarks/bench_loss.py)")
+                                         "and backwards per micro-batch (benchmarks/bench_loss.py)", scope=COPO_LOGS)
     same_pipeline: bool = _setting(False, "a run of a non-COPO estimator (group_norm, dr_grpo, ...) also installs "
                                           "the run-time patches a COPO run gets: the held-out prompts in one vLLM call "
                                           "(patch 8), the tokenizer sent by path (9), the prompts shuffled by "
                                           "--train.seed (10), the start and end evaluations (6) and the metrics file "
                                           "hook (4), so that a baseline compared with a COPO run goes through the same "
                                           "pipeline; without it such a run gets OpenRLHF's own functions, except the "
-                                          "patches that only add to its logs (docs/openrlhf.md)")
+                                          "patches that only add to its logs (docs/openrlhf.md)", scope=ANY_ESTIMATOR)
     eval_greedy: bool = _setting(False, "with --eval.dataset: every evaluation also decodes each held-out prompt "
                                         "greedily (temperature 0, one sample, one vLLM call): eval_<source>_greedy "
                                         "and its standard error; with --copo.metrics_file also the per-prompt "
-                                        "outcomes, so that two evaluations compare prompt by prompt (any estimator)")
+                                        "outcomes, so that two evaluations compare prompt by prompt (any estimator)",
+                                 scope=ANY_ESTIMATOR)
     eval_sampled_prompts: int = _setting(0, "the sampled evaluation (--eval.temperature, "
                                             "--eval.n_samples_per_prompt: mean@k, maj@k) takes the first N held-out "
                                             "prompts; 0: all (any estimator)",
-                                         check=(lambda v: v >= 0, "must be >= 0"))
+                                         check=(lambda v: v >= 0, "must be >= 0"), scope=ANY_ESTIMATOR)
 
     @classmethod
     def from_args(cls, args) -> "CopoSettings":
@@ -206,10 +215,25 @@ def resume_record(args) -> Dict[str, Any]:
     return {"estimator": args.algo.advantage.estimator, **record, "mode": mode}
 
 
+def _given(args, scope: str) -> List[str]:
+    """The `--copo.*` flags of ``scope`` that the command line set away from their defaults (the parser's default is
+    the field's: a flag given its default value changes nothing), each as it was given."""
+    given = []
+    for f in fields(CopoSettings):
+        value = getattr(args.copo, f.name)
+        if f.metadata["scope"] == scope and value != f.default:
+            given.append(f"--copo.{f.name}" + ("" if f.metadata["kind"] is bool else f" {value}"))
+    return given
+
+
 def copo_problems(args) -> List[str]:
-    """Every reason this configuration cannot run COPO (empty when it can). One line each."""
+    """Every reason this configuration cannot run COPO (empty when it can), and, under any other estimator, every
+    `--copo.*` flag it would ignore. One line each."""
     if not is_copo(args):
-        return []
+        estimator = args.algo.advantage.estimator
+        return [f"{flag} is read by COPO's estimators only, and --advantage_estimator {estimator} is OpenRLHF's own, "
+                f"which would ignore it: drop it, or run one of COPO's estimators (GRPO through COPO's path: "
+                f"--advantage_estimator copo --copo.mode grpo)" for flag in _given(args, COPO_ONLY)]
     problems = []
     try:
         info = mode_info(resolve_mode(args))
@@ -305,9 +329,16 @@ def copo_regime(args) -> Optional[str]:
 
 
 def copo_warnings(args) -> List[str]:
-    """Settings COPO runs with but that make it something else; one line each, printed at start."""
+    """Settings COPO runs with but that make it something else, and, under OpenRLHF's own estimators, what a user of
+    this package might take for COPO's; one line each, printed at start."""
     if not is_copo(args):
-        return []
+        estimator = args.algo.advantage.estimator
+        warnings = [f"{flag} logs COPO's two loss terms; --advantage_estimator {estimator} (OpenRLHF's own) has none, "
+                    "so it logs nothing" for flag in _given(args, COPO_LOGS)]
+        if estimator in modes():  # a COPO mode of the same name, not an estimator of ours (dr_grpo)
+            warnings.append(f"--advantage_estimator {estimator} is OpenRLHF's own estimator; openrlhf_copo's mode of "
+                            f"that name is --advantage_estimator copo --copo.mode {estimator}")
+        return warnings
     warnings = []
     clip = tuple(getattr(args.reward, "clip_range", (-10, 10)) or (-10, 10))
     if clip != (-10, 10):

@@ -47,7 +47,7 @@ import sys
 from typing import List
 
 from openrlhf_copo.contract import CPU_ENV, ROLLOUT_SEED_ENV
-from openrlhf_copo.openrlhf_ext.device import cuda_available
+from openrlhf_copo.openrlhf_ext.device import cluster_address, cuda_available
 from openrlhf_copo.vllm_cpu import vllm_cpu_env
 
 #: The dtype the vLLM engines of a CPU run are built with instead of OpenRLHF's fixed bfloat16.
@@ -142,9 +142,9 @@ def ray_init_kwargs(args, kwargs: dict) -> dict:
     dtype = {VLLM_DTYPE_ENV: "float32"} if getattr(args.ds, "param_dtype", None) == FP32 else {}
     env["env_vars"] = {**loopback_env(), **dtype, **dict(env.get("env_vars") or {})}
     kwargs["runtime_env"] = env
-    if not os.environ.get("RAY_ADDRESS") and "address" not in kwargs:
-        # address "local": a cluster of its own even where `ray start` runs one on this machine (a bare
-        # `ray.init()` would join that one, and fail on num_gpus). Use a cluster with `ray job submit`.
+    if cluster_address() is None and "address" not in kwargs:
+        # No cluster to join (RAY_ADDRESS unset, no `ray start` cluster on this machine: the one `--copo.device auto`
+        # asked, when it asked one): a cluster of its own, address "local".
         slots = device_slots(args)
         kwargs.update(address="local", num_cpus=max(8, 2 * slots + 4), num_gpus=slots,
                       _node_ip_address="127.0.0.1", include_dashboard=False)
@@ -242,6 +242,15 @@ def _repack_tied_lm_head(model) -> None:
         method.process_weights_after_loading(lm_head)
 
 
+def _replace(owner, name: str, replacement) -> None:
+    """``owner.name = replacement``, for an OpenRLHF symbol: each one is listed in `versions.PATCHED_SYMBOLS`, whose
+    check reads the original's signature (kept as the replacement's ``__wrapped__``, as `functools.wraps` does)."""
+    import inspect
+
+    replacement.__wrapped__ = inspect.unwrap(getattr(owner, name))
+    setattr(owner, name, replacement)
+
+
 def apply_torch_device_path() -> None:
     """CUDA device calls of OpenRLHF's training path, given their CPU meaning (this process only)."""
     import torch
@@ -257,7 +266,7 @@ def apply_torch_device_path() -> None:
     torch.cuda.synchronize = lambda device=None: None
     torch.cuda.current_device = lambda: cpu  # used as `.to(...)` / `device=` targets
     torch.cuda.current_stream = lambda device=None: None
-    ds_strategy.init_device_mesh = lambda _device_type, *a, **k: init_device_mesh("cpu", *a, **k)
+    _replace(ds_strategy, "init_device_mesh", lambda _device_type, *a, **k: init_device_mesh("cpu", *a, **k))
 
     original_buffer_init = replay_buffer.NaiveReplayBuffer.__init__
 
@@ -270,16 +279,16 @@ def apply_torch_device_path() -> None:
             torch.cuda.current_device = lambda: cpu
         self.target_device = cpu
 
-    replay_buffer.NaiveReplayBuffer.__init__ = buffer_init
-    distributed_util.stateless_init_process_group = _gloo_stateless_init_process_group
-    ppo_actor.stateless_init_process_group = _gloo_stateless_init_process_group
+    _replace(replay_buffer.NaiveReplayBuffer, "__init__", buffer_init)
+    _replace(distributed_util, "stateless_init_process_group", _gloo_stateless_init_process_group)
+    _replace(ppo_actor, "stateless_init_process_group", _gloo_stateless_init_process_group)
 
 
 def apply_vllm_worker_path() -> None:
     """The vLLM worker extension's weight loading, for vLLM-CPU (in the process that holds the model)."""
     from openrlhf.trainer.ray import vllm_worker_wrap
 
-    vllm_worker_wrap.WorkerWrap.update_weight = _cpu_update_weight
+    _replace(vllm_worker_wrap.WorkerWrap, "update_weight", _cpu_update_weight)
 
 
 def apply_fp32() -> None:
@@ -297,7 +306,7 @@ def apply_fp32() -> None:
             return torch.float32 if param_dtype == FP32 else original(param_dtype)
 
         convert_to_torch_dtype.__openrlhf_copo_patched__ = True
-        orl_utils.convert_to_torch_dtype = convert_to_torch_dtype
+        _replace(orl_utils, "convert_to_torch_dtype", convert_to_torch_dtype)
 
     from vllm.engine.arg_utils import EngineArgs
 
@@ -362,6 +371,11 @@ def install() -> None:
     path (`OPENRLHF_COPO_CPU=1`): the choice is the driver's, made once, never a worker's CUDA query."""
     global _APPLIED
     if not _APPLIED:
+        from openrlhf_copo.openrlhf_ext.runtime_patches.versions import CPU_PATH, PATCHED_SYMBOLS, check_symbol
+
+        for (module, qualname), (_, patch) in PATCHED_SYMBOLS.items():
+            if patch == CPU_PATH:
+                check_symbol(module, qualname)  # an openrlhf whose symbols moved fails here, in one line
         use_this_environments_op_builds()
         apply_torch_device_path()
         apply_vllm_worker_path()

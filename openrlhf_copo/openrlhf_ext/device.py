@@ -4,12 +4,15 @@ Why not the driver's own CUDA: under `ray job submit` the driver runs on the clu
 Slurm+Ray or any cluster with a CPU-only head or login node that node has no GPU while every actor's node has one.
 So `auto` asks where the actors will run:
 
-- no cluster to join (no `RAY_ADDRESS`; OpenRLHF then starts Ray on this machine): this machine's CUDA;
-- a cluster to join (`RAY_ADDRESS`, which `ray job submit` sets for its driver): what the cluster declares. A
-  CPU node offers logical GPU slots (`ray start --num-gpus N`) and marks them with the custom resource
-  `LOGICAL_GPU_RESOURCE` (`--resources '{"logical_gpu": N}'`: `scripts/ray_cluster.sh` does, and the CPU-cluster
-  recipe in docs/cpu-path.md); a cluster whose GPU slots are all marked takes the CPU path, one with GPU slots and no
-  mark is CUDA, and one that marks only some of its slots is refused (say `--copo.device`). The resources are read
+- no cluster to join (`cluster_address`, found as a bare `ray.init()` finds it: no `RAY_ADDRESS` and no `ray start`
+  cluster on this machine; OpenRLHF then starts Ray here): this machine's CUDA;
+- a cluster to join (`RAY_ADDRESS`, which `ray job submit` sets for its driver, or the latest `ray start` on this
+  machine): what the cluster declares. A CPU node offers logical GPU slots (`ray start --num-gpus N`) and marks them
+  with the custom resource `LOGICAL_GPU_RESOURCE` (`--resources '{"logical_gpu": N}'`: `scripts/ray_cluster.sh`
+  does, and the CPU-cluster recipe in docs/cpu-path.md). The rule: CUDA unless the cluster marks its slots logical. A
+  cluster whose GPU slots are all marked takes the CPU path; one with no mark is CUDA, even with no GPU slot at all
+  (an autoscaling cluster whose GPU nodes are at zero: OpenRLHF's placement waits for them, and the autoscaler adds
+  them); one that marks only some of its slots is refused (say `--copo.device`). The resources are read
   from a short-lived child process (`cluster_slots`), so the driver itself joins the cluster only once, and nothing
   waits for a GPU slot: a job submitted while another holds every GPU queues in OpenRLHF's placement, as it would
   without us.
@@ -69,8 +72,13 @@ def cuda_available() -> bool:
 
 
 def cluster_address() -> Optional[str]:
-    """The Ray cluster this driver will join, or None when OpenRLHF's `ray.init` starts one on this machine."""
-    return os.environ.get("RAY_ADDRESS") or None
+    """The Ray cluster OpenRLHF's bare `ray.init()` will join, or None when it starts one on this machine. Found as
+    Ray finds it (Ray 2.55's `ray.init` calls this function): `RAY_ADDRESS`, else the address the latest `ray start`
+    on this machine wrote under Ray's temp dir (`$RAY_TMPDIR/ray`, default /tmp/ray: `ray_current_cluster`)."""
+    from ray._private.services import get_ray_address_from_environment
+
+    address = get_ray_address_from_environment(None, None)
+    return None if address in (None, "", "local") else address
 
 
 def cluster_slots(address: str, timeout_s: float = READ_TIMEOUT_S) -> ClusterSlots:
@@ -120,20 +128,17 @@ def decide(requested: str, *, address: Optional[str] = None,
     if requested != "auto":
         return DeviceDecision(requested, f"--copo.device {requested}")
     if address is None:
+        where = "no Ray cluster to join (RAY_ADDRESS unset, no `ray start` cluster on this machine)"
         if local_cuda():
-            return DeviceDecision(CUDA, "--copo.device auto: no Ray cluster to join (RAY_ADDRESS unset), and this "
-                                        "machine sees CUDA")
-        return DeviceDecision(CPU, "--copo.device auto: no Ray cluster to join (RAY_ADDRESS unset), and this machine "
-                                   "has no CUDA")
+            return DeviceDecision(CUDA, f"--copo.device auto: {where}, and this machine sees CUDA")
+        return DeviceDecision(CPU, f"--copo.device auto: {where}, and this machine has no CUDA")
     found = slots(address)
-    if found.gpus < 1:
-        raise DeviceError(f"the Ray cluster at {address} has no GPU resource, and OpenRLHF places every rank and vLLM "
-                          "engine on a GPU slot: start its GPU nodes with their GPUs, or CPU-only nodes with `ray start "
-                          f"--num-gpus N --resources '{{\"{LOGICAL_GPU_RESOURCE}\": N}}'` (logical slots, the CPU "
-                          "path; scripts/ray_cluster.sh)")
-    if found.logical <= 0:
+    if found.logical <= 0:  # GPU nodes, or none yet: an autoscaler adds them when OpenRLHF's placement asks
         return DeviceDecision(CUDA, f"--copo.device auto: the Ray cluster at {address} declares {found.gpus:g} GPU "
-                                    f"slot(s), none marked logical (resource {LOGICAL_GPU_RESOURCE})")
+                                    f"slot(s), none marked logical (resource {LOGICAL_GPU_RESOURCE}); the rule: CUDA "
+                                    "unless every slot is marked logical (with no GPU slot yet, as an autoscaling "
+                                    "cluster, OpenRLHF waits for GPU nodes; CPU-only nodes: mark their slots, or say "
+                                    "--copo.device cpu)")
     if found.logical >= found.gpus:
         return DeviceDecision(CPU, f"--copo.device auto: the Ray cluster at {address} marks all its {found.gpus:g} GPU "
                                    f"slot(s) logical (resource {LOGICAL_GPU_RESOURCE}): no CUDA behind them; "

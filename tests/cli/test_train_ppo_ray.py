@@ -293,3 +293,54 @@ def test_openrlhfs_own_refusal_is_one_line(load_args, capsys):
     assert len(err) == 1, err
     assert "OpenRLHF's train_ppo_ray refused the arguments (" in err[0] and "train_ppo_ray.py:" in err[0]
     assert "greater than or equal to the effective number of actor processes" in err[0]
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--copo.mask_zero_advantage"], "--copo.mask_zero_advantage"),
+    (["--copo.gamma", "5"], "--copo.gamma 5.0"),
+    (["--copo.mode", "grpo"], "--copo.mode grpo"),
+    (["--copo.zero_control", "none"], "--copo.zero_control none"),
+    (["--copo.max_verify_failed", "0.9"], "--copo.max_verify_failed 0.9"),
+])
+def test_a_copo_flag_under_openrlhfs_own_estimator_is_refused_not_ignored(load_args, capsys, extra, flag):
+    """`--advantage_estimator group_norm --copo.mask_zero_advantage` trained plain GRPO until issue 44: COPO's patches
+    are not installed for OpenRLHF's estimators, so the flag did nothing. Every such flag is refused in one line naming
+    it and the estimator; given at its default, or with one of COPO's estimators, it is accepted."""
+    base = copo_argv()[2:]  # without the estimator
+    with pytest.raises(SystemExit) as exc:
+        load_args(base + ["--advantage_estimator", "group_norm"] + extra)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and (f"{flag} is read by COPO's estimators only, and --advantage_estimator group_norm is "
+                              "OpenRLHF's own, which would ignore it: drop it") in err[0], err
+    default = {"--copo.gamma": "20", "--copo.max_verify_failed": "0.5"}.get(extra[0])
+    if default is not None:  # the flag given its default value changes nothing
+        load_args(base + ["--advantage_estimator", "group_norm", extra[0], default])
+    assert load_args(base + ["--advantage_estimator", "copo"] + extra).algo.advantage.estimator == "copo"
+
+
+def test_flags_every_estimator_reads_are_accepted_under_openrlhfs_own(load_args, capsys, tmp_path):
+    args = load_args(copo_argv()[2:] + ["--advantage_estimator", "group_norm", "--copo.seeded_rollouts",
+                                        "--copo.same_pipeline", "--copo.metrics_file", str(tmp_path / "m.jsonl"),
+                                        "--copo.eval_greedy", "--copo.device", "cuda"])
+    assert args.copo.same_pipeline and warnings_in(capsys.readouterr().err) == []
+
+
+def said(capsys) -> list:
+    """The start-up warnings, without the prefix ("<prog>: warning: ")."""
+    return [line.split("warning: ", 1)[-1] for line in warnings_in(capsys.readouterr().err)]
+
+
+def test_openrlhfs_own_estimator_of_a_copo_modes_name_and_log_only_flags_are_said_at_start(load_args, capsys):
+    """`--advantage_estimator dr_grpo` stays OpenRLHF's own Dr. GRPO (what an OpenRLHF user expects); the start says
+    which it is and how to get this package's mode. A flag that only adds COPO's logs (the benchmark gives it to every
+    method) is accepted under OpenRLHF's estimators, with a line saying it logs nothing there."""
+    args = load_args(copo_argv()[2:] + ["--advantage_estimator", "dr_grpo"])
+    assert args.algo.advantage.estimator == "dr_grpo"
+    assert said(capsys) == ["--advantage_estimator dr_grpo is OpenRLHF's own estimator; openrlhf_copo's mode of that "
+                            "name is --advantage_estimator copo --copo.mode dr_grpo"]
+    assert copo_settings(load_args(copo_argv("--copo.mode", "dr_grpo")))["mode"] == "dr_grpo"
+    assert "OpenRLHF's own" not in capsys.readouterr().err
+    load_args(copo_argv()[2:] + ["--advantage_estimator", "group_norm", "--copo.push_metrics"])
+    assert said(capsys) == ["--copo.push_metrics logs COPO's two loss terms; --advantage_estimator group_norm "
+                            "(OpenRLHF's own) has none, so it logs nothing"]

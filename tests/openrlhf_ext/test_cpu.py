@@ -30,12 +30,11 @@ def test_the_cpu_test_settings_are_clean(load_args):
     assert cpu.cpu_problems(load_args(copo_argv(*CPU_OK))) == []
 
 
-def test_ray_is_local_and_on_loopback(load_args, monkeypatch):
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+def test_ray_is_local_and_on_loopback(load_args, no_ray_cluster):
     args = load_args(copo_argv(*CPU_OK, "--vllm.num_engines", "2"))
     kw = cpu.ray_init_kwargs(args, {"runtime_env": {"env_vars": {"NCCL_DEBUG": "WARN"}}})
     assert kw["_node_ip_address"] == "127.0.0.1" and kw["include_dashboard"] is False
-    assert kw["address"] == "local"  # not a `ray start` cluster that happens to run on this machine
+    assert kw["address"] == "local"  # no cluster to join: one of its own
     assert kw["num_gpus"] == 3  # 1 actor rank + 2 vLLM engines (no reference model with init_coef 0)
     env = kw["runtime_env"]["env_vars"]
     assert env["OPENRLHF_COPO_CPU"] == "1" and env["VLLM_HOST_IP"] == "127.0.0.1"
@@ -80,11 +79,10 @@ def test_cpu_path_is_active_in_this_process(cpu_path):
     assert wrap.WorkerWrap.update_weight is cpu._cpu_update_weight
 
 
-def test_ray_workers_get_every_core_and_an_fp32_run_builds_fp32_vllm_engines(load_args, monkeypatch):
+def test_ray_workers_get_every_core_and_an_fp32_run_builds_fp32_vllm_engines(load_args, monkeypatch, no_ray_cluster):
     """Ray gives an actor that asks for one CPU OMP_NUM_THREADS=1 (torch would train on one core)."""
     import os
 
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     env = cpu.ray_init_kwargs(load_args(copo_argv(*CPU_OK)), {})["runtime_env"]["env_vars"]
     assert env["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
@@ -93,11 +91,10 @@ def test_ray_workers_get_every_core_and_an_fp32_run_builds_fp32_vllm_engines(loa
     assert env[cpu.VLLM_DTYPE_ENV] == "float32"
 
 
-def test_vllm_cpu_engines_bind_every_core_unless_the_user_says_otherwise(load_args, monkeypatch):
+def test_vllm_cpu_engines_bind_every_core_unless_the_user_says_otherwise(load_args, monkeypatch, no_ray_cluster):
     """vLLM-CPU's "auto" binding leaves its model worker one core of two (the other kept for its scheduler)."""
     import os
 
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv(OMP_BIND_ENV, raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 0, 1})
     env = cpu.ray_init_kwargs(load_args(copo_argv(*CPU_OK)), {})["runtime_env"]["env_vars"]
@@ -106,7 +103,7 @@ def test_vllm_cpu_engines_bind_every_core_unless_the_user_says_otherwise(load_ar
     assert cpu.ray_init_kwargs(load_args(copo_argv(*CPU_OK)), {})["runtime_env"]["env_vars"][OMP_BIND_ENV] == "auto"
 
 
-def test_fp32_is_the_cpu_paths_and_refused_on_a_gpu(load_args, monkeypatch):
+def test_fp32_is_the_cpu_paths_and_refused_on_a_gpu(load_args, monkeypatch, no_ray_cluster):
     from openrlhf_copo.openrlhf_ext import driver
 
     from openrlhf_copo.openrlhf_ext import device
@@ -114,7 +111,6 @@ def test_fp32_is_the_cpu_paths_and_refused_on_a_gpu(load_args, monkeypatch):
     args = load_args(copo_argv(*CPU_OK, "--ds.param_dtype", "fp32"))
     assert args.ds.param_dtype == "fp32"
     monkeypatch.setattr(device, "cuda_available", lambda: True)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     with pytest.raises(driver.DriverError, match="where --ds.param_dtype fp32 is the CPU path's"):
         driver.apply_device(args)
 

@@ -2,11 +2,21 @@
 (`openrlhf_ext/device.py`, step 6 of `openrlhf_ext/driver.py`): under `auto`, what the cluster declares. A real
 cluster is read here and in tests/e2e/test_two_nodes.py; on a GPU, tests/gpu/."""
 
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
 import pytest
 
 from openrlhf_copo.contract import CPU_ENV
 from openrlhf_copo.openrlhf_ext import cpu, device, driver
-from tests_support import copo_argv
+from tests_support import copo_argv, free_port
 
 ADDRESS = "10.0.0.1:6379"
 CPU_OK = ("--vllm.sync_backend", "gloo", "--ds.attn_implementation", "sdpa")
@@ -29,12 +39,16 @@ def declared(gpus: float, logical: float = 0):
     ("cuda", ADDRESS, never, never, "cuda", "--copo.device cuda"),
     ("cpu", ADDRESS, never, never, "cpu", "--copo.device cpu"),
     # auto, no cluster to join: this machine decides
-    ("auto", None, lambda: False, never, "cpu", "no Ray cluster to join (RAY_ADDRESS unset), and this machine has no CUDA"),
+    ("auto", None, lambda: False, never, "cpu", "no Ray cluster to join (RAY_ADDRESS unset, no `ray start` cluster on "
+                                                "this machine), and this machine has no CUDA"),
     ("auto", None, lambda: True, never, "cuda", "this machine sees CUDA"),
     # auto, joining a cluster (a CPU-only head node: the driver's CUDA is never asked): what the cluster declares
     ("auto", ADDRESS, never, declared(8), "cuda", f"the Ray cluster at {ADDRESS} declares 8 GPU slot(s), none marked "
                                                   "logical (resource logical_gpu)"),
     ("auto", ADDRESS, never, declared(5, 5), "cpu", f"the Ray cluster at {ADDRESS} marks all its 5 GPU slot(s) logical"),
+    # no GPU slot yet (an autoscaling cluster whose GPU nodes are at zero): OpenRLHF's placement waits for them
+    ("auto", ADDRESS, never, declared(0), "cuda", "declares 0 GPU slot(s), none marked logical (resource logical_gpu); "
+                                                  "the rule: CUDA unless every slot is marked logical"),
 ])
 def test_the_device_is_decided_where_the_actors_run(requested, address, local, slots, expected, reason):
     decision = device.decide(requested, address=address, local_cuda=local, slots=slots)
@@ -69,13 +83,67 @@ def test_a_cuda_less_driver_told_cuda_does_not_take_the_cpu_path(load_args, monk
     assert kwargs["runtime_env"]["env_vars"]["NCCL_DEBUG"] == "WARN"
 
 
-@pytest.mark.parametrize("gpus, logical", [(0, 0), (4, 2)])
-def test_a_cluster_without_gpu_slots_or_with_some_marked_is_refused(gpus, logical):
-    """No GPU slot at all: OpenRLHF's placement would wait forever. Some slots marked logical, some not: CUDA and CPU
-    nodes in one cluster, which no single device path serves. Either is one line naming the fix."""
-    reason = "has no GPU resource" if not gpus else "marks 2 of its 4 GPU slots logical"
-    with pytest.raises(device.DeviceError, match=reason + ".*(--num-gpus N --resources|say --copo.device cuda)"):
-        device.decide("auto", address=ADDRESS, local_cuda=never, slots=declared(gpus, logical))
+def test_a_cluster_with_some_slots_marked_is_refused():
+    """Some slots marked logical, some not: CUDA and CPU nodes in one cluster, which no single device path serves. One
+    line naming the fix. (A cluster with no GPU slot at all is CUDA since issue 44: an autoscaler adds GPU nodes.)"""
+    with pytest.raises(device.DeviceError, match="marks 2 of its 4 GPU slots logical.*say --copo.device cuda"):
+        device.decide("auto", address=ADDRESS, local_cuda=never, slots=declared(4, 2))
+
+
+@contextlib.contextmanager
+def ray_start_head(root: Path, *flags: str):
+    """`ray start --head` as a user runs it on the driver's machine, in a Ray temp dir of its own (`RAY_TMPDIR=root`:
+    its address file, root/ray/ray_current_cluster, is what a bare `ray.init()` reads here). Yields its GCS port.
+    Ended by killing its process group: `ray stop` would end every Ray cluster of the machine."""
+    port = free_port()
+    env = {**os.environ, "RAY_TMPDIR": str(root)}
+    env.pop("RAY_ADDRESS", None)
+    log = root / "start.log"  # not a pipe: the cluster's processes would hold it open
+    with open(log, "w") as out:
+        start = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", "--port", str(port),
+                                  "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--include-dashboard", "false",
+                                  "--dashboard-agent-listen-port", str(free_port()), "--ray-client-server-port",
+                                  str(free_port()), "--temp-dir", str(root / "ray"), "--disable-usage-stats", *flags],
+                                 env=env, stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True)  # the cluster's processes stay in this process group
+    try:
+        assert start.wait(timeout=300) == 0, log.read_text()[-3000:]
+        yield port
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(start.pid, sig)
+            time.sleep(2)
+
+
+@pytest.mark.parametrize("flags, expected, reason", [
+    # the issue's case: until issue 44 taken as "no Ray cluster to join", and the run went to the CPU path
+    (["--num-gpus", "1"], "cuda", "declares 1 GPU slot(s), none marked logical"),
+    # an autoscaling cluster whose GPU nodes are at zero: until issue 44 refused ("no GPU resource")
+    (["--num-gpus", "0"], "cuda", "declares 0 GPU slot(s), none marked logical (resource logical_gpu); the rule: CUDA"),
+    # a CPU machine's logical slots, marked: the CPU path, which joins that cluster rather than starting its own
+    (["--num-gpus", "2", "--resources", '{"logical_gpu": 2}'], "cpu", "marks all its 2 GPU slot(s) logical"),
+])
+def test_auto_finds_a_ray_start_cluster_of_this_machine_as_ray_does(load_args, monkeypatch, flags, expected, reason):
+    """A cluster started with `ray start --head` on the driver's machine, RAY_ADDRESS unset: OpenRLHF's bare
+    `ray.init()` joins it, so `--copo.device auto` asks it (the driver's step, on a real local cluster)."""
+    root = Path(tempfile.mkdtemp(prefix="copo-", dir="/tmp"))  # short: Ray's socket paths live under it
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(root))
+    assert device.cluster_address() is None  # nothing started yet: OpenRLHF would start Ray here
+    try:
+        with ray_start_head(root, *flags) as port:
+            address = device.cluster_address()
+            assert address.endswith(f":{port}")  # its GCS, as Ray wrote it in the address file
+            args = load_args(copo_argv(*CPU_OK))
+            decision = driver.decide_device(args)
+            assert decision.device == expected and f"the Ray cluster at {address}" in decision.reason
+            assert reason in decision.reason, decision.reason
+            if expected == "cpu":
+                args.copo.device = "cpu"
+                assert "address" not in cpu.ray_init_kwargs(args, {})  # joins the cluster it asked
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_auto_follows_the_cluster_and_every_cpu_refusal_follows_the_decision(load_args, monkeypatch, capsys):

@@ -88,6 +88,25 @@ def test_a_training_step_that_bypasses_the_loss_fails_loudly(load_args, tiny_mod
     assert trainer.actor_loss_fn.global_advantages is None  # and nothing leaks into the next micro-batch
 
 
+def test_a_real_training_step_that_bypasses_the_loss_stops_before_the_update(load_args, tiny_model_dir):
+    """OpenRLHF's real training step, with the COPO loss bypassed (its PolicyLoss called directly, as a step that
+    computes its loss some other way would): the run stops at the actor's backward, before any gradient or update,
+    so no weight moves (until issue 44 it stopped after the step, its optimizer update made)."""
+    args = load_args(copo_argv(model=tiny_model_dir))
+    _, trainer = build_trainer(args)
+    exp = micro_batch(args, trainer, MIXED_REWARDS, MIXED_IDS, old_logprob_shift=0.5)
+    loss = trainer.actor_loss_fn
+    loss.forward = loss.base.forward  # the global term never reaches this step
+    before = params_snapshot(trainer)
+    with pytest.raises(RuntimeError, match="without calling the actor loss .* global term would vanish"):
+        trainer.training_step(exp, kl_ctl=0.0, step=0)
+    assert max((a - b).abs().max().item() for a, b in zip(before, params_snapshot(trainer))) == 0
+    del loss.forward  # through the loss again: the step trains
+    exp = micro_batch(args, trainer, MIXED_REWARDS, MIXED_IDS, old_logprob_shift=0.5)
+    assert trainer.training_step(exp, kl_ctl=0.0, step=0)["metrics"]["copo_loss_global"].item() != 0
+    assert max((a - b).abs().max().item() for a, b in zip(before, params_snapshot(trainer))) > 0
+
+
 def test_a_mode_registered_outside_core_reaches_the_cli_and_trains(load_args, tiny_model_dir):
     """A new method is one registered function: it is an --advantage_estimator value and a --copo.mode choice
     (read when the parser is built, not frozen when core was imported), and the real training step runs it."""

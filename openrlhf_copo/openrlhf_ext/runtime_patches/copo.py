@@ -50,6 +50,23 @@ def wrap_actor_loss(trainer) -> None:
                                                push_metrics=bool(getattr(trainer.args.copo, "push_metrics", False)))
         if token_advantage is not None:
             capture_token_entropy(trainer.actor, trainer.actor_loss_fn)
+        _check_the_loss_before_each_backward(trainer)
+
+
+def _check_the_loss_before_each_backward(trainer) -> None:
+    """The actor's backward (`strategy.backward(loss, trainer.actor, ...)`, which OpenRLHF's training step calls right
+    before its optimizer step) first checks that this micro-batch went through the COPO loss (`_require_the_loss`): a
+    step that bypassed it stops before its gradient is accumulated or any update made. Only this trainer's actor is
+    checked; its strategy is this actor's own (`PolicyModelActor`)."""
+    strategy = trainer.strategy
+    backward = strategy.backward
+
+    def checked_backward(loss, model, optimizer, **kwargs):
+        if model is trainer.actor:
+            _require_the_loss(trainer.actor_loss_fn)
+        return backward(loss, model, optimizer, **kwargs)
+
+    strategy.backward = checked_backward
 
 
 def before_training_step(trainer, experience) -> None:
@@ -64,24 +81,30 @@ def before_training_step(trainer, experience) -> None:
         trainer.actor_loss_fn.global_advantages = info_tensor(g)
 
 
+def _require_the_loss(loss) -> None:
+    """Raises when this micro-batch never called the COPO loss: the global advantages handed to it by
+    `before_training_step` are still there, so COPO's global term would vanish from its update without a word (a
+    training step that computes its loss some other way, an OpenRLHF that moved the call)."""
+    if loss.global_advantages is not None or loss.last_terms is None:
+        loss.global_advantages = None
+        raise RuntimeError(
+            "COPO: ActorPPOTrainer.training_step went on without calling the actor loss (trainer.actor_loss_fn), so "
+            f"this micro-batch's global advantages (info['{WEIGHTED_GLOBAL_ADV}']) were never used and COPO's global "
+            "term would vanish from the update; the training step no longer goes through the loss this package wraps "
+            "(openrlhf_copo/openrlhf_ext/runtime_patches/copo.py)")
+
+
 def after_training_step(trainer, status: dict) -> dict:
     """At the end of `ActorPPOTrainer.training_step`: log the two loss terms and their pushes (`CopoPolicyLoss`).
 
-    Raises when the step never called the loss: the global advantages handed to it by `before_training_step` are
-    still there, so COPO's global term would have vanished from this micro-batch's update without a word (a
-    training step that computes its loss some other way, an OpenRLHF that moved the call)."""
+    Raises when the step never called the loss (`_require_the_loss`; the actor's backward has checked it already,
+    before the update: `_check_the_loss_before_each_backward`)."""
     from openrlhf_copo.openrlhf_ext.loss import CopoPolicyLoss
 
     loss = trainer.actor_loss_fn
     if not isinstance(loss, CopoPolicyLoss):
         return weigh_a_micro_batch_without_tokens(status)
-    if loss.global_advantages is not None or loss.last_terms is None:
-        loss.global_advantages = None
-        raise RuntimeError(
-            "COPO: ActorPPOTrainer.training_step returned without calling the actor loss (trainer.actor_loss_fn), so "
-            f"this micro-batch's global advantages (info['{WEIGHTED_GLOBAL_ADV}']) were never used and COPO's global "
-            "term would vanish from the update; the training step no longer goes through the loss this package wraps "
-            "(openrlhf_copo/openrlhf_ext/runtime_patches/copo.py)")
+    _require_the_loss(loss)
     # micro-batch means, each with the weight that makes ppo_train's average the step's exact mean
     for name, (value, weight) in loss.last_terms.items():
         status["metrics"][name] = value

@@ -1,8 +1,8 @@
 """Which openrlhf the patches were written against, and the checks that refuse any other.
 
-Every symbol of OpenRLHF that a patch replaces, wraps, or calls with positional arguments is listed once, in
-`PATCHED_SYMBOLS`, with the leading parameters the patch relies on. `check_openrlhf` checks the version range and
-every one of them in the driver, so that an openrlhf whose internals moved fails there in one line rather than in a
+Every symbol of OpenRLHF that a patch or the CPU device path (`cpu.py`) replaces, wraps, or calls with positional
+arguments is listed once, in `PATCHED_SYMBOLS`, with the leading parameters the patch relies on. `check_openrlhf`
+checks the version range and every one of them in the driver, so that an openrlhf whose internals moved fails there in one line rather than in a
 Ray worker, or worse, silently: `evaluation.apply_eval_generation` calls the private `_generate_vllm` positionally,
 and `rollout.patch_agent` reads the engine as the executor's sixth argument. Each patch module also checks its own
 symbols when it installs (in the worker). Every patch module reads `PATCHED_ATTR` (the mark a patched class or
@@ -27,6 +27,9 @@ SUPPORTED_OPENRLHF = SpecifierSet(">=0.11.2,<0.12")
 
 PATCHED_ATTR = "__openrlhf_copo_patched__"
 
+
+#: The "patch" of the symbols the CPU device path replaces (`openrlhf_ext/cpu.py`), which has no number.
+CPU_PATH = "the CPU path"
 
 _EXECUTE = ["self", "prompt", "label", "sampling_params", "max_length", "hf_tokenizer", "llm_engine"]
 
@@ -56,6 +59,16 @@ PATCHED_SYMBOLS: Dict[Tuple[str, str], Tuple[List[str], str]] = {
     ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._dispatch_prompts_to_vllm"):
         (["self", "prompts", "labels"], "9"),
     ("openrlhf.trainer.ppo_trainer", "prepare_datasets"): (["strategy", "tokenizer"], "10"),
+    # the CPU device path (`openrlhf_ext/cpu.py`): replaced outright, only on a run whose device decision is the CPU
+    ("openrlhf.utils.deepspeed.deepspeed", "init_device_mesh"): (["device_type"], CPU_PATH),
+    ("openrlhf.trainer.ppo_utils.replay_buffer", "NaiveReplayBuffer.__init__"): (["self"], CPU_PATH),
+    ("openrlhf.utils.distributed_util", "stateless_init_process_group"):
+        (["master_address", "master_port", "rank", "world_size", "device"], CPU_PATH),
+    ("openrlhf.trainer.ray.ppo_actor", "stateless_init_process_group"):
+        (["master_address", "master_port", "rank", "world_size", "device"], CPU_PATH),
+    ("openrlhf.trainer.ray.vllm_worker_wrap", "WorkerWrap.update_weight"):
+        (["self", "name", "dtype", "shape", "empty_cache"], CPU_PATH),
+    ("openrlhf.utils.utils", "convert_to_torch_dtype"): (["param_dtype"], CPU_PATH),
 }
 
 
@@ -92,7 +105,7 @@ def check_symbol(module: str, qualname: str) -> None:
     if params != expected:
         raise OpenRLHFVersionError(
             f"openrlhf {check_version()}: {module}.{qualname} has moved or changed (expected parameters {expected}, "
-            f"found {params}); openrlhf_copo's patch {patch} cannot use it"
+            f"found {params}); openrlhf_copo's {patch if patch == CPU_PATH else 'patch ' + patch} cannot use it"
         )
 
 
