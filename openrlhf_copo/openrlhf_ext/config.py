@@ -57,97 +57,121 @@ class CopoSettings:
     """Every `--copo.*` setting, declared once: its flag, default (the paper's best), choices, help, the
     check that refuses a bad value, and whether a resumed run must keep it all come from these fields."""
 
-    gamma: float = _setting(DEFAULTS.gamma, "sharpness of w_local = sigmoid(gamma * (H - rho)) (paper's best: 20; released "
-                                  "script: 5)", core=True)
-    rho: float = _setting(DEFAULTS.rho, "entropy threshold rho of the blend (paper's best: 1.5; released script: 1)", core=True)
-    mode: Optional[str] = _setting(None, "advantage mode; default: the estimator's name (copo -> copo). 'grpo' runs "
-                                         "plain GRPO through the same code path, as a baseline",
-                                   choices=modes, core=True, kind=str)
-    zero_control: str = _setting(DEFAULTS.zero_control, "modes copo and go_selective: where w_local = 0: all-incorrect "
-                                 "prompts (prompt, the paper), every incorrect response (response, the released code's "
-                                 "soft-with-zero / only-zero), every prompt whose rewards are all equal (uniform, its "
-                                 "soft-with-forced / only-forced), or nowhere (none, its only-soft)",
-                                 choices=ZERO_CONTROLS, core=True)
-    incorrect: str = _setting("answer", "what makes a response incorrect for zero control and the selective "
-                                        "ablations: answer (its final answer is not the label's, the reward file's "
-                                        "copo_correct; the paper) or reward (its reward is 0; the released code). They "
-                                        "differ under the 0/0.1/1 format reward: with reward, a formatted but wrong "
-                                        "answer keeps the 0-vs-0.1 local signal", choices=INCORRECT_RULES, resume=True)
-    std: Optional[str] = _setting(None, "std in both advantages: population (the COPO paper's worked example), unbiased "
-                                        "(the released code, NGRPO, RL-ZVP), none (no division: Dr. GRPO, the released "
-                                        "norm_adv_by_std_in_grpo=False); default: the mode's own (population for COPO "
-                                        "and its ablations, unbiased for ngrpo and rl_zvp, none for dr_grpo)",
-                                  choices=STDS, core=True, kind=str)
-    eps: float = _setting(DEFAULTS.eps, "added to the std in both advantages", check=(lambda v: v >= 0, "must be >= 0"),
-                          core=True)
-    entropy_base: float = _setting(DEFAULTS.entropy_base, "log base of the consistency entropy (2 reproduces the paper's appendix)",
-                                   check=(lambda v: v > 0 and v != 1, "must be positive and != 1"), core=True)
-    answer_buckets: str = _setting("equivalence", "which answers count as the same in the consistency entropy: "
-                                                  "equivalence (equal value by math-verify: 1/2 = 0.5 = \\frac{2}{4}; "
-                                                  "ours) or string (the answer string as the released code normalizes "
-                                                  "it, no equivalence: reproduces their entropy)",
-                                   choices=ANSWER_BUCKETS, resume=True)
-    global_coef: float = _setting(DEFAULTS.global_coef, "kappa: multiplies w_global in every mode (the released code's "
-                                                        "global_loss_coef of only-soft-with-coef; 0.1 in its 1.5B script)",
-                                  check=(lambda v: v >= 0, "must be >= 0"), core=True)
-    reward_coef: bool = _setting(False, "global advantage from R(q) = mean_G r (1 - lambda H), lambda = (1 - 1/G) / "
-                                        "log2 G, instead of mean_G r (the released code's reward_coef_flg; off in all "
-                                        "its scripts)", core=True)
-    zvp_alpha: float = _setting(DEFAULTS.zvp_alpha, "mode rl_zvp: alpha of the entropy-scaled advantage on zero-variance "
-                                                    "prompts (RL-ZVP's Table 3: 0.1 best)",
-                                check=(lambda v: v > 0, "must be > 0"), core=True)
-    mask_zero_advantage: bool = _setting(False, "leave the tokens of every response whose advantage is 0 in both "
-                                                "terms (under grpo: the zero-variance groups) out of the loss and of its "
-                                                "token-mean denominator, so that dead groups do not shrink the step: "
-                                                "AGPO's loss mask (arXiv 2503.15952); needs one optimizer step per "
-                                                "rollout batch (--train.batch_size = rollout prompts x samples)",
-                                         resume=True)
-    max_verify_failed: float = _setting(0.5, "stop the run when more than this share of a rollout step's answer "
-                                             "checks failed (math-verify timed out, crashed, or cannot start on the "
-                                             "reward node), instead of training on their zero rewards",
-                                        check=(lambda v: 0 <= v <= 1, "must be a share in [0, 1]"))
-    metrics_file: Optional[str] = _setting(None, "also append every step's logged metrics, and every evaluation's "
-                                                 "(rows with \"eval\": 1), to this JSON-lines file (any estimator)",
-                                           kind=str, scope=ANY_ESTIMATOR)
-    device: str = _setting("auto", "where the actors run: cuda, cpu (the CPU path: logical GPU slots, no CUDA "
-                                   "touched), or auto: read from the resources the Ray cluster the run joins declares "
-                                   "(found as ray.init() finds it: RAY_ADDRESS, as under `ray job submit`, else the "
-                                   "latest `ray start` on this machine): CUDA unless all its GPU slots are marked "
-                                   "logical (resource logical_gpu); with no cluster to join, this machine's CUDA (any "
-                                   "estimator)", choices=DEVICES, scope=ANY_ESTIMATOR)
-    eval_before_train: bool = _setting(False, "with --eval.dataset: also evaluate once before the first step "
-                                              "(step 0; not when resuming), as verl's val_before_train, so a run "
-                                              "reports its held-out gain (any estimator)", scope=ANY_ESTIMATOR)
-    eval_after_train: bool = _setting(False, "with --eval.dataset: also evaluate after the last step when "
-                                             "--eval.steps does not divide it (with dynamic filtering the number "
-                                             "of steps is not known in advance), so every run ends evaluated "
-                                             "(any estimator)", scope=ANY_ESTIMATOR)
-    seeded_rollouts: bool = _setting(False, "sample every response with its own vLLM seed, a hash of --train.seed, "
-                                            "the prompt and how many responses the engine sampled for it before: "
-                                            "two runs from the same weights draw the same responses whatever else "
-                                            "shares vLLM's batch (OpenRLHF's draws depend on batching and arrival "
-                                            "order), e.g. the same first rollout batch for two methods compared "
-                                            "(any estimator)", scope=ANY_ESTIMATOR)
-    push_metrics: bool = _setting(False, "log each loss term's push on the sampled tokens (copo_push_local_sq, "
-                                         "copo_push_global_sq, copo_push_dot: the global term's share of the update "
-                                         "and its cosine with the local term); costs two more PolicyLoss evaluations "
-                                         "and backwards per micro-batch (benchmarks/bench_loss.py)", scope=COPO_LOGS)
-    same_pipeline: bool = _setting(False, "a run of a non-COPO estimator (group_norm, dr_grpo, ...) also installs "
-                                          "the run-time patches a COPO run gets: the held-out prompts in one vLLM call "
-                                          "(patch 8), the tokenizer sent by path (9), the prompts shuffled by "
-                                          "--train.seed (10), the start and end evaluations (6) and the metrics file "
-                                          "hook (4), so that a baseline compared with a COPO run goes through the same "
-                                          "pipeline; without it such a run gets OpenRLHF's own functions, except the "
-                                          "patches that only add to its logs (docs/openrlhf.md)", scope=ANY_ESTIMATOR)
-    eval_greedy: bool = _setting(False, "with --eval.dataset: every evaluation also decodes each held-out prompt "
-                                        "greedily (temperature 0, one sample, one vLLM call): eval_<source>_greedy "
-                                        "and its standard error; with --copo.metrics_file also the per-prompt "
-                                        "outcomes, so that two evaluations compare prompt by prompt (any estimator)",
-                                 scope=ANY_ESTIMATOR)
-    eval_sampled_prompts: int = _setting(0, "the sampled evaluation (--eval.temperature, "
-                                            "--eval.n_samples_per_prompt: mean@k, maj@k) takes the first N held-out "
-                                            "prompts; 0: all (any estimator)",
-                                         check=(lambda v: v >= 0, "must be >= 0"), scope=ANY_ESTIMATOR)
+    gamma: float = _setting(
+        DEFAULTS.gamma, core=True,
+        help="sharpness of w_local = sigmoid(gamma * (H - rho)) (paper's best: 20; released "
+             "script: 5)")
+    rho: float = _setting(
+        DEFAULTS.rho, core=True,
+        help="entropy threshold rho of the blend (paper's best: 1.5; released script: 1)")
+    mode: Optional[str] = _setting(
+        None, choices=modes, core=True, kind=str,
+        help="advantage mode; default: the estimator's name (copo -> copo). 'grpo' runs plain GRPO"
+             " through the same code path, as a baseline")
+    zero_control: str = _setting(
+        DEFAULTS.zero_control, choices=ZERO_CONTROLS, core=True,
+        help="modes copo and go_selective: where w_local = 0: all-incorrect prompts (prompt, the "
+             "paper), every incorrect response (response, the released code's soft-with-zero / "
+             "only-zero), every prompt whose rewards are all equal (uniform, its soft-with-forced "
+             "/ only-forced), or nowhere (none, its only-soft)")
+    incorrect: str = _setting(
+        "answer", choices=INCORRECT_RULES, resume=True,
+        help="what makes a response incorrect for zero control and the selective ablations: answer"
+             " (its final answer is not the label's, the reward file's copo_correct; the paper) or"
+             " reward (its reward is 0; the released code). They differ under the 0/0.1/1 format "
+             "reward: with reward, a formatted but wrong answer keeps the 0-vs-0.1 local signal")
+    std: Optional[str] = _setting(
+        None, choices=STDS, core=True, kind=str,
+        help="std in both advantages: population (the COPO paper's worked example), unbiased (the "
+             "released code, NGRPO, RL-ZVP), none (no division: Dr. GRPO, the released "
+             "norm_adv_by_std_in_grpo=False); default: the mode's own (population for COPO and its"
+             " ablations, unbiased for ngrpo and rl_zvp, none for dr_grpo)")
+    eps: float = _setting(
+        DEFAULTS.eps, check=(lambda v: v >= 0, "must be >= 0"), core=True,
+        help="added to the std in both advantages")
+    entropy_base: float = _setting(
+        DEFAULTS.entropy_base, check=(lambda v: v > 0 and v != 1, "must be positive and != 1"), core=True,
+        help="log base of the consistency entropy (2 reproduces the paper's appendix)")
+    answer_buckets: str = _setting(
+        "equivalence", choices=ANSWER_BUCKETS, resume=True,
+        help="which answers count as the same in the consistency entropy: equivalence (equal value"
+             " by math-verify: 1/2 = 0.5 = \\frac{2}{4}; ours) or string (the answer string as the "
+             "released code normalizes it, no equivalence: reproduces their entropy)")
+    global_coef: float = _setting(
+        DEFAULTS.global_coef, check=(lambda v: v >= 0, "must be >= 0"), core=True,
+        help="kappa: multiplies w_global in every mode (the released code's global_loss_coef of "
+             "only-soft-with-coef; 0.1 in its 1.5B script)")
+    reward_coef: bool = _setting(
+        False, core=True,
+        help="global advantage from R(q) = mean_G r (1 - lambda H), lambda = (1 - 1/G) / log2 G, "
+             "instead of mean_G r (the released code's reward_coef_flg; off in all its scripts)")
+    zvp_alpha: float = _setting(
+        DEFAULTS.zvp_alpha, check=(lambda v: v > 0, "must be > 0"), core=True,
+        help="mode rl_zvp: alpha of the entropy-scaled advantage on zero-variance prompts "
+             "(RL-ZVP's Table 3: 0.1 best)")
+    mask_zero_advantage: bool = _setting(
+        False, resume=True,
+        help="leave the tokens of every response whose advantage is 0 in both terms (under grpo: "
+             "the zero-variance groups) out of the loss and of its token-mean denominator, so that"
+             " dead groups do not shrink the step: AGPO's loss mask (arXiv 2503.15952); needs one "
+             "optimizer step per rollout batch (--train.batch_size = rollout prompts x samples)")
+    max_verify_failed: float = _setting(
+        0.5, check=(lambda v: 0 <= v <= 1, "must be a share in [0, 1]"),
+        help="stop the run when more than this share of a rollout step's answer checks failed "
+             "(math-verify timed out, crashed, or cannot start on the reward node), instead of "
+             "training on their zero rewards")
+    metrics_file: Optional[str] = _setting(
+        None, kind=str, scope=ANY_ESTIMATOR,
+        help="also append every step's logged metrics, and every evaluation's (rows with \"eval\": "
+             "1), to this JSON-lines file (any estimator)")
+    device: str = _setting(
+        "auto", choices=DEVICES, scope=ANY_ESTIMATOR,
+        help="where the actors run: cuda, cpu (the CPU path: logical GPU slots, no CUDA touched), "
+             "or auto: read from the resources the Ray cluster the run joins declares (found as "
+             "ray.init() finds it: RAY_ADDRESS, as under `ray job submit`, else the latest `ray "
+             "start` on this machine): CUDA unless all its GPU slots are marked logical (resource "
+             "logical_gpu); with no cluster to join, this machine's CUDA (any estimator)")
+    eval_before_train: bool = _setting(
+        False, scope=ANY_ESTIMATOR,
+        help="with --eval.dataset: also evaluate once before the first step (step 0; not when "
+             "resuming), as verl's val_before_train, so a run reports its held-out gain (any "
+             "estimator)")
+    eval_after_train: bool = _setting(
+        False, scope=ANY_ESTIMATOR,
+        help="with --eval.dataset: also evaluate after the last step when --eval.steps does not "
+             "divide it (with dynamic filtering the number of steps is not known in advance), so "
+             "every run ends evaluated (any estimator)")
+    seeded_rollouts: bool = _setting(
+        False, scope=ANY_ESTIMATOR,
+        help="sample every response with its own vLLM seed, a hash of --train.seed, the prompt and"
+             " how many responses the engine sampled for it before: two runs from the same weights"
+             " draw the same responses whatever else shares vLLM's batch (OpenRLHF's draws depend "
+             "on batching and arrival order), e.g. the same first rollout batch for two methods "
+             "compared (any estimator)")
+    push_metrics: bool = _setting(
+        False, scope=COPO_LOGS,
+        help="log each loss term's push on the sampled tokens (copo_push_local_sq, "
+             "copo_push_global_sq, copo_push_dot: the global term's share of the update and its "
+             "cosine with the local term); costs two more PolicyLoss evaluations and backwards per"
+             " micro-batch (benchmarks/bench_loss.py)")
+    same_pipeline: bool = _setting(
+        False, scope=ANY_ESTIMATOR,
+        help="a run of a non-COPO estimator (group_norm, dr_grpo, ...) also installs the run-time "
+             "patches a COPO run gets: the held-out prompts in one vLLM call (patch 8), the "
+             "tokenizer sent by path (9), the prompts shuffled by --train.seed (10), the start and"
+             " end evaluations (6) and the metrics file hook (4), so that a baseline compared with"
+             " a COPO run goes through the same pipeline; without it such a run gets OpenRLHF's "
+             "own functions, except the patches that only add to its logs (docs/openrlhf.md)")
+    eval_greedy: bool = _setting(
+        False, scope=ANY_ESTIMATOR,
+        help="with --eval.dataset: every evaluation also decodes each held-out prompt greedily "
+             "(temperature 0, one sample, one vLLM call): eval_<source>_greedy and its standard "
+             "error; with --copo.metrics_file also the per-prompt outcomes, so that two "
+             "evaluations compare prompt by prompt (any estimator)")
+    eval_sampled_prompts: int = _setting(
+        0, check=(lambda v: v >= 0, "must be >= 0"), scope=ANY_ESTIMATOR,
+        help="the sampled evaluation (--eval.temperature, --eval.n_samples_per_prompt: mean@k, "
+             "maj@k) takes the first N held-out prompts; 0: all (any estimator)")
 
     @classmethod
     def from_args(cls, args) -> "CopoSettings":
@@ -160,10 +184,12 @@ def add_copo_arguments(parser: argparse.ArgumentParser) -> None:
     for f in fields(CopoSettings):
         m = f.metadata
         if m["kind"] is bool:
-            g.add_argument(f"--copo.{f.name}", action="store_true", default=f.default, help=m["help"])
+            g.add_argument(f"--copo.{f.name}", action="store_true", default=f.default,
+                           help=f"{m['help']} (default: {'on' if f.default else 'off'})")
         else:
             choices = m["choices"]() if callable(m["choices"]) else m["choices"]
-            g.add_argument(f"--copo.{f.name}", type=m["kind"], default=f.default, choices=choices, help=m["help"])
+            g.add_argument(f"--copo.{f.name}", type=m["kind"], default=f.default, choices=choices,
+                           help=f"{m['help']} (default: %(default)s)")
 
 
 def resolve_mode(args) -> str:

@@ -24,6 +24,12 @@ def test_help_shows_alias_and_copo_flags():
         assert flag in text
     assert "copo, go_selective, go_blended, go_only, copo_selective" in " ".join(text.split())
     assert "--rollout.n_samples_per_prompt" in text  # OpenRLHF's own flags are all still there
+    flat = " ".join(text.split())
+    # every --copo.* flag states its default, each read from CopoSettings
+    for shown in ("released script: 5) (default: 20.0)", "(default: prompt)", "(default: auto)",
+                  "(default: None)", "(default: off)", "(default: 0.5)"):
+        assert shown in flat, shown
+    assert flat.count("(default: ") >= 23
 
 
 def test_paper_defaults(load_args):
