@@ -209,9 +209,10 @@ def readme_with_table(readme: str, table: str) -> str:
     return head + start + "\n" + table + "\n" + end + rest.split(end)[1]
 
 
-def which_method_when(results: Dict[str, dict]) -> str:
-    """The README's table: one row per method, one column per regime; each cell the method minus GRPO, paired, with
-    its 95% interval over seeds (and the seeds), then under the table what each regime was at step 1."""
+def which_method_when(results: Dict[str, dict], diagnostics: bool = True) -> str:
+    """The which-method-when table: one row per method, one column per regime; each cell the method minus GRPO,
+    paired, with its 95% interval over seeds (and the seeds); with ``diagnostics`` (regimes.md; the README has the
+    method rows alone), then what each regime was at step 1 and the machine-hours of each column."""
     regimes = list(results)
 
     def cell(regime, method):
@@ -235,6 +236,8 @@ def which_method_when(results: Dict[str, dict]) -> str:
         name = "copo_selective at the rho keeping every split local (0.4; 0.5 at G = 4)" \
             if method == "copo_selective_rho04" else method
         lines.append(f"| {name} | " + " | ".join(cell(r, method) for r in regimes) + " |")
+    if not diagnostics:
+        return "\n".join(lines)
     lines.append("| *step 1: zero-variance groups (GRPO's runs)* | " +
                  " | ".join(share(r, "grpo", "copo_zero_std") for r in regimes) + " |")
     def over_run(regime):  # GRPO's zero-variance share over every step of its runs: 6 prompts a step, so noisy
@@ -260,7 +263,7 @@ SAME_RUNS_WHY = {"grpo_masked": "it is GRPO with the loss divided by fewer token
                                 "the same responses (docs/benchmarks.md)"}
 
 
-def table_notes(results: Dict[str, dict]) -> List[str]:
+def table_notes(results: Dict[str, dict], diagnostics: bool = True) -> List[str]:
     """What the which-method-when table needs said under it, read from the runs: each interval of zero width (every
     seed gave the same difference, which a t-interval cannot tell from no spread), and what its machine-hours count."""
     notes = []
@@ -282,15 +285,17 @@ def table_notes(results: Dict[str, dict]) -> List[str]:
                 notes.append(f"- {where}, {d['mean']:+.3f} with an interval of zero width: its {len(seeds)} seeds "
                              f"gave the same difference ({counts}, of {seeds[0]['n']} prompts), and a t-interval "
                              "over equal values has zero width: it says nothing of the spread between runs.")
-    notes.append("- *machine-hours of the column*: the summed wall time of every finished run in that column's "
-                  "folder, methods not in this table included (for `mixed`, every run of the learning-curve "
-                  "benchmark); the plateau's start and the step-1 probes are not counted.")
+    if diagnostics:
+        notes.append("- *machine-hours of the column*: the summed wall time of every finished run in that column's "
+                     "folder, methods not in this table included (for `mixed`, every run of the learning-curve "
+                     "benchmark); the plateau's start and the step-1 probes are not counted.")
     return notes
 
 
-def which_method_when_with_notes(results: Dict[str, dict]) -> str:
-    """The table and the notes under it: what the report writes into regimes.md and between the README's markers."""
-    return which_method_when(results) + "\n\n" + "\n".join(table_notes(results))
+def which_method_when_with_notes(results: Dict[str, dict], diagnostics: bool = True) -> str:
+    """The table and the notes under it: what the report writes into regimes.md (with the diagnostic rows) and
+    between the README's markers (without them)."""
+    return which_method_when(results, diagnostics) + "\n\n" + "\n".join(table_notes(results, diagnostics))
 
 
 def plot(results: Dict[str, dict], path: Path) -> None:
@@ -414,7 +419,7 @@ def report() -> Dict[str, dict]:
                  "", compare.markdown(res), ""]
     table = which_method_when_with_notes(results)
     text += ["## Which method when", "", table, ""]
-    README.write_text(readme_with_table(README.read_text(), table))
+    README.write_text(readme_with_table(README.read_text(), which_method_when_with_notes(results, diagnostics=False)))
     start = RESULTS / "plateau_start" / "metrics.jsonl"
     if start.exists():
         curve = start_curve(start)
