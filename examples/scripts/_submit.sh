@@ -9,11 +9,10 @@
 # one shared virtualenv), or set REWARD_FILE to a copy on storage every node mounts.
 REWARD_FILE=${REWARD_FILE:-$(python3 -c 'import os, openrlhf_copo.rewards as r; print(os.path.join(os.path.dirname(r.__file__), "math_reward.py"))')}
 
-# Paths a job reads or writes, made absolute: the job runs in Ray's per-session copy of the working dir, where a
-# relative SAVE_DIR would put checkpoints that a resubmitted job never finds (it silently starts at step 0).
-copo_abspath() {
-  case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac
-}
+# Paths a job reads or writes, made absolute (copo_abspath, DATA_DIR): the job runs in Ray's per-session copy of the
+# working dir, where a relative SAVE_DIR would put checkpoints that a resubmitted job never finds (it silently starts
+# at step 0), and which holds no data/ (.gitignore).
+source examples/scripts/_paths.sh
 
 # The job's runtime env: the working dir, minus what the run writes into it or reads by absolute path. Ray packs
 # the working dir into every submission (the job server refuses an upload over 100 MiB), so checkpoints under it
