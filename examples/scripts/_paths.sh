@@ -8,3 +8,13 @@ copo_abspath() {
 
 # Where prepare_data.sh writes the prepared data and the training and evaluation scripts read it.
 DATA_DIR=$(copo_abspath "${DATA_DIR:-data}")
+
+copo_local() {  # copo_local "a,b,...": each entry that is a local file or folder made absolute; hub names stay as given
+  local out="" entry
+  local IFS=,
+  for entry in $1; do
+    [ -e "$entry" ] && entry=$(copo_abspath "$entry")
+    out="${out:+$out,}$entry"
+  done
+  printf '%s\n' "$out"
+}
