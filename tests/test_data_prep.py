@@ -241,7 +241,8 @@ def test_aime2024_copies_of_math_ai_and_of_dapo_are_accepted(tmp_path):
     import pyarrow as pa
 
     dapo = [{"data_source": "math_dapo", "prompt": [{"content": DAPO_HEAD + p["problem"] + DAPO_TAIL, "role": "user"}],
-             "ability": "MATH", "reward_model": {"ground_truth": str(int(p["answer"])), "style": "rule-lighteval/MATH_v2"},
+             "ability": "MATH",
+             "reward_model": {"ground_truth": str(int(p["answer"])), "style": "rule-lighteval/MATH_v2"},
              "extra_info": {"index": f"{i % 3}"}} for i, p in enumerate(problems * 32)]
     pq.write_table(pa.Table.from_pylist(dapo), tmp_path / "aime-2024.parquet")
     report = prepare("aime24", tmp_path / "b.jsonl", input_path=tmp_path / "aime-2024.parquet")

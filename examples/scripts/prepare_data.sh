@@ -12,7 +12,8 @@ prep() {
   if [ "${COPO_PRINT_ARGS:-0}" = "1" ]; then printf '%s\n' "$@" --template "$T"; echo "---"; return; fi
   python3 -m openrlhf_copo.cli.prepare_data "$@" --template "$T"
 }
-prep --source dapo_math_17k --hf_name BytedTsinghua-SIA/DAPO-Math-17k --split train --out "$DATA_DIR/dapo_math_17k.jsonl"
+prep --source dapo_math_17k --hf_name BytedTsinghua-SIA/DAPO-Math-17k --split train \
+  --out "$DATA_DIR/dapo_math_17k.jsonl"
 prep --source math500 --hf_name HuggingFaceH4/MATH-500 --split test --out "$DATA_DIR/math500.jsonl"
 prep --source aime24 --hf_name HuggingFaceH4/aime_2024 --split train --out "$DATA_DIR/aime24.jsonl"
 prep --source aime25 --hf_name opencompass/AIME2025 --hf_config AIME2025-I AIME2025-II --split test \

@@ -8,7 +8,8 @@
 # prompt (default 8) at temperature 1.0: eval_<datasource>_mean8 / _maj8 in the logs. Every variable, and the
 # rule for paths (relative ones are read from the repository root): docs/gpu-recipe.md.
 #
-# Override from the environment: MODEL, DATA (prompt/label jsonl; default $DATA_DIR/dapo_math_17k.jsonl), SAVE_DIR,
+# Override from the environment: MODEL, DATA (prompt/label jsonl; default $DATA_DIR/dapo_math_17k.jsonl), SAVE_DIR
+# (default checkpoints/RUN_NAME-<model>, RUN_NAME: the method),
 # NNODES, GPUS_PER_NODE,
 # VLLM_ENGINES, ESTIMATOR (copo | go_selective | go_blended | go_only | copo_selective | copo_gated | ngrpo | rl_zvp), COPO_MODE
 # (grpo = the GRPO baseline through the same code path), GAMMA, RHO, ZERO_CONTROL, INCORRECT (each unset:
@@ -22,7 +23,9 @@ source examples/scripts/_submit.sh
 MODEL=$(copo_local "${MODEL:-Qwen/Qwen2.5-3B-Instruct}")  # a local folder made absolute; a hub name as it is
 DATA=$(copo_local "${DATA:-$DATA_DIR/dapo_math_17k.jsonl}")  # a hub dataset name stays as it is
 EVAL_DATA=$(copo_local "${EVAL_DATA-$DATA_DIR/math500.jsonl,$DATA_DIR/aime24.jsonl}")
-SAVE_DIR=$(copo_abspath "${SAVE_DIR:-checkpoints/copo-$(basename "$MODEL")}")
+# one folder per method and model (a second method in the same folder would resume from the first one's checkpoint)
+RUN_NAME=${RUN_NAME:-${COPO_MODE:-${ESTIMATOR:-copo}}}
+SAVE_DIR=$(copo_abspath "${SAVE_DIR:-checkpoints/$RUN_NAME-$(basename "$MODEL")}")
 NNODES=${NNODES:-1}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 VLLM_ENGINES=${VLLM_ENGINES:-$((NNODES * GPUS_PER_NODE))}  # colocate_all: one engine per actor GPU

@@ -273,7 +273,8 @@ def test_every_path_a_script_hands_on_is_absolute_and_exists_whatever_the_folder
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {"DATA_DIR": os.path.relpath(data, repo)}
-    outs = [os.path.normpath(run[run.index("--out") + 1]) for run in script_runs("prepare_data.sh", cwd=elsewhere, **env)]
+    runs = script_runs("prepare_data.sh", cwd=elsewhere, **env)
+    outs = [os.path.normpath(run[run.index("--out") + 1]) for run in runs]
     assert outs == [str(data / f"{s}.jsonl") for s in ("dapo_math_17k", "math500", "aime24", "aime25", "gsm8k")]
     for name in TRAIN:
         for argv in script_runs(name, cwd=elsewhere, **env):
@@ -317,3 +318,35 @@ def test_a_job_whose_data_is_missing_is_not_submitted(tmp_path):
     proc = subprocess.run(["bash", str(SCRIPTS / "train_copo_ray.sh")], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PATH": path, "DATA_DIR": str(data)})
     assert proc.returncode == 0 and proc.stdout == "submitted\n", proc.stderr
+
+
+def test_each_method_trains_into_its_own_folder():
+    """The recipe trains COPO, then GRPO: with one default SAVE_DIR for both, the GRPO job would resume from COPO's
+    checkpoint (--ckpt.load_enable). Every training script's default folder is its own (the sweep: one per pair)."""
+    folders = {}
+    for name in TRAIN:
+        for argv in script_runs(name):
+            folders.setdefault(argv[argv.index("--ckpt.output_dir") + 1], []).append(name)
+    assert {f: n for f, n in folders.items() if len(n) > 1} == {}
+
+
+def env_variables_read(path: Path) -> set:
+    """The variables a script reads from the environment: every ${NAME:-...}, ${NAME-...}, ${NAME:=...} (the scripts
+    read their settings that way and no other)."""
+    import re
+
+    return set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)(?::?[-=+])", path.read_text()))
+
+
+def test_every_variable_a_script_reads_is_in_the_recipes_table():
+    """docs/gpu-recipe.md holds the one table of the environment variables: every variable an example script reads
+    is a row, and every row is read by a script."""
+    import re
+
+    doc = (SCRIPTS.parents[1] / "docs" / "gpu-recipe.md").read_text()
+    table = doc[doc.index("<!-- variables -->"):doc.index("<!-- /variables -->")]
+    rows = {name for line in table.splitlines() if line.startswith("| `")
+            for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", line.split("|")[1])}
+    read = set().union(*(env_variables_read(p) for p in SCRIPTS.glob("*.sh")))
+    assert read - rows == set(), "read by a script, not in docs/gpu-recipe.md"
+    assert rows - read == set(), "in docs/gpu-recipe.md, read by no script"
