@@ -2,7 +2,8 @@
 # Evaluate finished runs as in the paper's Table 1: MATH-500 mean@8 / maj@8 and AIME24 mean@64 / maj@64,
 # temperature 1.0, top-p 1.0, 2048 new tokens, side by side with the base model.
 # MODELS: space-separated hub names, model folders or run directories (a run's SAVE_DIR: its final model); default
-# the base model and the default SAVE_DIRs of train_copo_ray.sh and train_grpo_baseline.sh. DATA_DIR: prepare_data's output (default <repo>/data).
+# the base model and the default SAVE_DIRs of train_copo_ray.sh and train_grpo_baseline.sh. DATA_DIR: prepare_data's
+# output (default <repo>/data).
 # WITH_AIME25=1, WITH_GSM8K=1 add those benchmarks. Writes $OUT/results.json (every sampled answer) and $OUT/table.md
 # (default OUT: <repo>/eval). Relative paths are read from the repository root (docs/gpu-recipe.md).
 set -euo pipefail
