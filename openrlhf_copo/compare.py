@@ -11,9 +11,14 @@ prompt. The step-0 evaluation is the same model on the same prompts for every me
 run makes it, and the others share it.
 
 A method's difference from the baseline (GRPO) is, per seed, the mean of the per-prompt differences of the final
-greedy verdicts; over seeds, their mean with a 95% t-interval over seeds (training randomness included). What
+greedy verdicts; over seeds, their mean with a 95% t-interval over seeds (training randomness included). It is
+given pooled over every held-out prompt and per held-out source (OpenRLHF evaluates each ``datasource`` apart). What
 each run saw at its first step (the share of zero-variance groups, of all-incorrect ones, of responses with a
 gradient) is reported beside it: the regime the comparison was made in.
+
+Each run records its settings (`settings_of`, by the flag that sets each) in its ``done.json``: a rerun keeps a
+finished run only if they are the command's, and a report pairs only runs whose settings agree, naming the flag
+that differs otherwise. More steps than one pass over the prompts are OpenRLHF episodes (`train_file`).
 
 The CPU benchmark's settings are presets of this (benchmarks/learning_curve.py); on a GPU cluster the same tool
 takes your model, data, G, prompts per step, steps, learning rate, start checkpoint and any OpenRLHF flag. It has
@@ -32,9 +37,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from openrlhf_copo.contract import PROMPTS_CONSUMED
+from openrlhf_copo.files import atomic_path
 
 #: Each method's flags: everything else of a run is the same for every method.
 METHODS: Dict[str, List[str]] = {
@@ -123,27 +129,34 @@ def run_dir(out: Path, method: str, seed: int) -> Path:
     return out / f"{method}-seed{seed}"
 
 
-def train_file(setting: Setting, out: Path) -> Path:
-    """The run's prompts: exactly steps x prompts per step (OpenRLHF's --data.max_samples would also cap the held-out
-    set). The given file when it has no more rows than that, else its first rows, written once under ``out``."""
+def train_file(setting: Setting, out: Path) -> Tuple[Path, int]:
+    """(the run's prompts, its number of OpenRLHF episodes): steps x prompts per step drawn in all, exactly (OpenRLHF's
+    --data.max_samples would also cap the held-out set). One pass over the file's first rows when it holds that many;
+    else as many passes (episodes, each reshuffled by OpenRLHF) as it takes, the fewest that divide the steps, each
+    over the same first steps / episodes x prompts per step rows. The given file when it is exactly one pass, else
+    its first rows, written once under ``out``."""
     from openrlhf_copo.files import jsonl_rows
 
-    need = setting.steps * setting.prompts_per_step
-    rows = [line for _, line in jsonl_rows(Path(setting.train))]
-    if len(rows) < need:
-        raise SystemExit(f"{setting.train}: {len(rows)} prompts, fewer than --steps {setting.steps} x "
-                         f"--prompts_per_step {setting.prompts_per_step} = {need}")
-    if len(rows) == need:
-        return Path(setting.train)
+    P, steps = setting.prompts_per_step, setting.steps
+    have = sum(1 for _ in jsonl_rows(Path(setting.train)))
+    if have < P:
+        raise SystemExit(f"{setting.train}: {have} prompts, fewer than --prompts_per_step {P}")
+    episodes = next(e for e in range(-(-steps * P // have), steps + 1) if steps % e == 0)
+    need = steps // episodes * P
+    if have == need:
+        return Path(setting.train), episodes
     cut = out / f"train-first{need}.jsonl"
     if not cut.exists():
         out.mkdir(parents=True, exist_ok=True)
-        cut.write_text("".join(json.dumps(r) + "\n" for r in rows[:need]))
-    return cut
+        rows = (json.dumps(row) + "\n" for n, (_, row) in zip(range(need), jsonl_rows(Path(setting.train))))
+        with atomic_path(cut) as tmp:
+            tmp.write_text("".join(rows))
+    return cut, episodes
 
 
-def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: Path, step0: bool) -> List[str]:
-    """The train_ppo_ray command line of one run: the method's flags, the paired flags, the setting's, then
+def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: Path, step0: bool,
+             episodes: int = 1) -> List[str]:
+    """The train_ppo_ray command line of one run: the method's flags, the paired flags, the setting's (`FIXED`), then
     ``setting.extra`` (which wins over what precedes it), then the seed."""
     P, G = setting.prompts_per_step, setting.samples_per_prompt
     scratch = directory / "scratch"  # checkpoints, the final model, tensorboard: deleted after the run
@@ -156,7 +169,7 @@ def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: P
         "--eval.dataset", str(setting.test), "--eval.steps", str(setting.eval_every), "--copo.eval_greedy",
         "--actor.adam.lr", str(setting.lr), "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
         "--algo.kl.use_loss", "--algo.kl.init_coef", "0",
-        "--train.num_episodes", "1", "--train.max_epochs", "1",
+        "--train.num_episodes", str(episodes), "--train.max_epochs", "1",
         "--ckpt.save_steps", "-1", "--ckpt.path", str(scratch / "ckpt"), "--ckpt.output_dir", str(scratch / "model"),
         "--logger.logging_steps", "1", "--copo.metrics_file", str(directory / "metrics.jsonl"),
         "--copo.device", setting.device,
@@ -191,18 +204,60 @@ def is_finished(directory: Path) -> bool:
     return (directory / "done.json").exists() and (directory / "metrics.jsonl").exists()
 
 
+#: Each field of a `Setting` and the flag of `python -m openrlhf_copo.cli.compare` that sets it: what a run records of
+#: its settings (done.json) and what a rerun or a report compares, naming the flag that differs.
+FLAGS = {"model": "--model", "start": "--start_checkpoint", "train": "--train_data", "test": "--eval_data",
+         "samples_per_prompt": "--samples_per_prompt", "prompts_per_step": "--prompts_per_step", "steps": "--steps",
+         "lr": "--lr", "eval_every": "--eval_every", "reward": "--reward", "input_key": "--input_key",
+         "label_key": "--label_key", "device": "--device", "extra": "the flags after --"}
+
+
+def _local(value) -> str:
+    """A path (or comma-separated paths) made absolute where it exists here; a hub name as it is."""
+    return ",".join(str(Path(v).resolve()) if Path(v).exists() else v for v in str(value).split(","))
+
+
+def settings_of(setting: Setting) -> Dict[str, object]:
+    """What a run was made with, by the flag that sets it (`FLAGS`): the same for every method and seed of one
+    comparison. Paths are absolute, so a rerun from another folder compares equal."""
+    out = {flag: getattr(setting, name) for name, flag in FLAGS.items()}
+    for name in ("model", "start", "train", "test", "reward"):
+        if out[FLAGS[name]] is not None:
+            out[FLAGS[name]] = _local(out[FLAGS[name]])
+    out[FLAGS["extra"]] = list(setting.extra)
+    return out
+
+
+def settings_differ(recorded: dict, wanted: dict) -> Optional[tuple]:
+    """The first flag whose value differs, with its two values: (flag, recorded, wanted); None when they agree."""
+    return next(((flag, recorded.get(flag), value) for flag, value in wanted.items() if recorded.get(flag) != value),
+                None)
+
+
 def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) -> dict:
-    """One run, unless it finished before (its `done.json`): a rerun resumes the comparison where it stopped."""
+    """One run, unless it finished before (its `done.json`): a rerun resumes the comparison where it stopped. A finished
+    run made with other settings (done.json's ``settings``) is refused, naming the flag; one finished before settings
+    were recorded is kept with a warning."""
     directory = run_dir(out, method, seed)
     marker = directory / "done.json"
+    settings = settings_of(setting)
     if is_finished(directory):
-        return json.loads(marker.read_text())
+        info = json.loads(marker.read_text())
+        if "settings" not in info:
+            print(f"{directory}: kept, but made before runs recorded their settings: check it was made with this "
+                  "command", file=sys.stderr)
+        elif settings_differ(info["settings"], settings):
+            flag, then, now = settings_differ(info["settings"], settings)
+            raise SystemExit(f"{directory} finished with {flag} {then!r}, this command has {now!r}: use another "
+                             f"--out, or delete {directory} to rerun it")
+        return info
     if directory.exists():
         for p in directory.glob("*"):
             if p.is_file():
                 p.unlink()
     directory.mkdir(parents=True, exist_ok=True)
-    argv = run_argv(setting, method, seed, directory, train_file(setting, out), step0)
+    train, episodes = train_file(setting, out)
+    argv = run_argv(setting, method, seed, directory, train, step0, episodes)
     t0 = time.time()
     with open(directory / "train.log", "w") as log:
         rc = subprocess.call([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], stdout=log,
@@ -211,7 +266,8 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
     shutil.rmtree(directory / "scratch", ignore_errors=True)
     if rc != 0:
         raise SystemExit(f"[{method} seed {seed}] failed (exit {rc}); log: {directory / 'train.log'}")
-    info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1)}
+    info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1), "settings": settings,
+            "method_flags": METHODS[method], "episodes": episodes}
     if setting.start:
         info["start_sha256"] = start_fingerprint(setting.start)
     marker.write_text(json.dumps(info))
@@ -276,15 +332,30 @@ def paired_over_seeds(final: Dict[tuple, dict], a: str, b: str) -> Optional[dict
     return {"per_seed": per_seed, "mean": mean, "ci95": (mean - half, mean + half)}
 
 
+def _pooled(sources: Dict[str, dict]) -> dict:
+    """One evaluation over every source's prompts (in source order): greedy accuracy, its SE and the per-prompt
+    verdicts, concatenated; without every source's verdicts, only a single source's figures."""
+    from openrlhf_copo.evaluation.metrics import mean_at_k, mean_at_k_se
+
+    if len(sources) == 1:
+        return dict(next(iter(sources.values())))
+    if not sources or any(not v["outcomes"] for v in sources.values()):
+        return {"greedy": float("nan"), "greedy_se": float("nan"), "outcomes": None}
+    outcomes = [o for v in sources.values() for o in v["outcomes"]]
+    scored = [[(None, bool(o))] for o in outcomes]
+    return {"greedy": mean_at_k(scored), "greedy_se": mean_at_k_se(scored), "outcomes": outcomes}
+
+
 def read_run(out: Path, info: dict) -> dict:
-    """A finished run's evaluations (step, greedy accuracy, per-prompt verdicts) and its first step's regime."""
-    from openrlhf_copo.evaluation.metrics_file import eval_rows, greedy, read_metrics, train_rows
+    """A finished run's evaluations (step; per source and pooled over the sources: greedy accuracy, its SE and the
+    per-prompt verdicts) and its first step's regime."""
+    from openrlhf_copo.evaluation.metrics_file import eval_rows, greedy_by_source, read_metrics, train_rows
 
     rows = read_metrics(run_dir(out, info["method"], info["seed"]) / "metrics.jsonl")
     evals = []
     for r in eval_rows(rows):
-        accuracy, se, outcomes = greedy(r)
-        evals.append({"step": r["step"], "greedy": accuracy, "greedy_se": se, "outcomes": outcomes})
+        sources = {s: {"greedy": a, "greedy_se": se, "outcomes": o} for s, (a, se, o) in greedy_by_source(r).items()}
+        evals.append({"step": r["step"], "sources": sources, **_pooled(sources)})
     steps = train_rows(rows)
     first = {k: steps[0].get(k) for k in FIRST_STEP_KEYS} if steps else {}
     return {**info, "evals": evals, "first_step": first, "steps": len(steps),
@@ -315,31 +386,70 @@ def check_same_start(out: Path, infos: List[dict], baseline: str = BASELINE) -> 
                          "needs one start per seed: rerun them, or the seed's baseline, from the same checkpoint")
 
 
+def check_same_settings(out: Path, infos: List[dict]) -> Optional[dict]:
+    """Refuses a report that would pair runs made with different settings (done.json's ``settings``), naming the flag
+    and the two runs; returns the settings they share (None when no run recorded them: made before they were)."""
+    recorded = [i for i in infos if "settings" in i]
+    for info in recorded[1:]:
+        differ = settings_differ(info["settings"], recorded[0]["settings"])
+        if differ:
+            flag, theirs, ours = differ
+            first, other = (run_dir(out, i["method"], i["seed"]).name for i in (recorded[0], info))
+            raise SystemExit(f"{out}: {other} was made with {flag} {theirs!r}, {first} with {ours!r}: a paired "
+                             "comparison needs one setting; rerun one of them in another --out")
+    return recorded[0]["settings"] if recorded else None
+
+
+def _summary(runs: List[dict], method: str, baseline: str, point) -> dict:
+    """A method's final greedy accuracy (mean, SE over seeds) and its paired difference from the baseline, from
+    ``point(run)``: the final evaluation point of a run, pooled or of one source (None where it has none)."""
+    final = {(r["method"], r["seed"]): point(r) for r in runs if point(r) and point(r)["outcomes"]}
+    mine = [point(r) for r in runs if r["method"] == method and point(r)]
+    return {"final": mean_se([p["greedy"] for p in mine]),
+            "minus_baseline": paired_over_seeds(final, method, baseline) if method != baseline else None,
+            "prompts": len(mine[0]["outcomes"]) if mine and mine[0]["outcomes"] else None}
+
+
 def report(out: Path, infos: List[dict], baseline: str = BASELINE, samples_per_prompt: Optional[int] = None) -> dict:
-    """Per method: its runs' final greedy accuracy, its paired difference from ``baseline`` over seeds, and what its
-    runs saw at their first step (DAPO's from its filter, given ``samples_per_prompt``)."""
+    """Per method: its runs' final greedy accuracy and its paired difference from ``baseline`` over seeds, pooled over
+    every held-out source (OpenRLHF splits evaluation by the rows' ``datasource``) and per source, and what its runs
+    saw at their first step (DAPO's from its filter, given ``samples_per_prompt``); and the settings the runs share."""
     check_same_start(out, infos, baseline)
+    settings = check_same_settings(out, infos)
     runs = [read_run(out, i) for i in infos]
     if samples_per_prompt:
         for r in runs:
             r["first_step"] = first_step_regime(r["first_step"], samples_per_prompt)
-    final = {(r["method"], r["seed"]): r["evals"][-1] for r in runs if r["evals"] and r["evals"][-1]["outcomes"]}
+    sources = sorted({s for r in runs if r["evals"] for s in r["evals"][-1]["sources"]})
     table = {}
     for method in dict.fromkeys(r["method"] for r in runs):
         mine = [r for r in runs if r["method"] == method and r["evals"]]
         table[method] = {
             "seeds": sorted(r["seed"] for r in mine),
-            "final": mean_se([r["evals"][-1]["greedy"] for r in mine]),
-            "minus_baseline": paired_over_seeds(final, method, baseline) if method != baseline else None,
+            **_summary(runs, method, baseline, lambda r: r["evals"][-1] if r["evals"] else None),
+            "sources": {s: _summary(runs, method, baseline,
+                                    lambda r, s=s: r["evals"][-1]["sources"].get(s) if r["evals"] else None)
+                        for s in sources},
             "first_step": {k: mean_se([r["first_step"].get(k) if r["first_step"].get(k) is not None else float("nan")
                                        for r in mine])[0] for k in FIRST_STEP_KEYS},
             "machine_hours": sum(r["wall_seconds"] for r in mine) / 3600,
         }
-    return {"baseline": baseline, "table": table}
+    return {"baseline": baseline, "sources": sources, "settings": settings, "table": table}
+
+
+def _cell(method: str, base: str, diff: Optional[dict]) -> str:
+    return ("(baseline)" if method == base else "-" if diff is None else
+            f"{diff['mean']:+.3f} [{diff['ci95'][0]:+.3f}, {diff['ci95'][1]:+.3f}]")
+
+
+def _final(final: tuple) -> str:
+    m, se = final
+    return f"{m:.3f}" if se != se else f"{m:.3f} +- {se:.3f}"  # one seed: no spread to show
 
 
 def markdown(result: dict) -> str:
-    """The report as a table: one row per method."""
+    """The report as a table, one row per method (pooled over the held-out sources), then, with more than one
+    source, one row per method and source."""
     base = result["baseline"]
     lines = [f"| method | seeds | final greedy (mean +- SE) | minus {base}, paired (95% CI over seeds) | "
              "zero-variance groups at step 1 | all-incorrect | responses with a gradient | machine-hours |",
@@ -349,13 +459,19 @@ def markdown(result: dict) -> str:
         return "-" if v != v else f"{v:.2f}"
 
     for method, row in result["table"].items():
-        m, se = row["final"]
-        diff = row["minus_baseline"]
-        cell = ("(baseline)" if method == base else "-" if diff is None else
-                f"{diff['mean']:+.3f} [{diff['ci95'][0]:+.3f}, {diff['ci95'][1]:+.3f}]")
         first = row["first_step"]
-        final = f"{m:.3f}" if se != se else f"{m:.3f} +- {se:.3f}"  # one seed: no spread to show
-        lines.append(f"| {method} | {len(row['seeds'])} | {final} | {cell} | "
+        lines.append(f"| {method} | {len(row['seeds'])} | {_final(row['final'])} | "
+                     f"{_cell(method, base, row['minus_baseline'])} | "
                      f"{share(first['copo_zero_std'])} | {share(first['copo_all_incorrect'])} | "
                      f"{share(first['copo_signal_copo'])} | {row['machine_hours']:.2f} |")
+    sources = result.get("sources", [])
+    if len(sources) > 1:
+        lines = [f"Held-out prompts of {len(sources)} sources, pooled in the first table (every prompt weighs the "
+                 "same), each alone in the second.", ""] + lines
+        lines += ["", f"| method | source | prompts | final greedy (mean +- SE) | minus {base}, paired (95% CI) |",
+                  "|---|---|---|---|---|"]
+        for method, row in result["table"].items():
+            for source, cell in row["sources"].items():
+                lines.append(f"| {method} | {source} | {cell['prompts'] or '-'} | {_final(cell['final'])} | "
+                             f"{_cell(method, base, cell['minus_baseline'])} |")
     return "\n".join(lines)

@@ -9,19 +9,24 @@ read by training with ``--data.input_key prompt --data.label_key label --data.ap
 (``datasource`` is the key by which OpenRLHF's in-training evaluation splits its metrics)
 and by `openrlhf_copo.evaluation.evaluate.load_rows`.
 
-Input layouts (column names are matched case-insensitively; `.parquet`, `.json` (a list of
-objects or ``{"data": [...]}``), `.jsonl`, or a Hugging Face data set via `datasets.load_dataset`):
+Input (column names are matched case-insensitively): `.parquet`, `.json` (a list of objects, ``{"data": [...]}``
+or JSON lines, as `datasets.Dataset.to_json` writes them), `.jsonl`, several files one after the other, or a Hugging
+Face data set via `datasets.load_dataset` (several configurations one after the other). Rows are read one at a time,
+never a file whole. The layout (question, answer and id columns) is the first row's; a row without one of its columns
+stops the conversion with an error naming the row ("FILE:LINE" or "FILE row N").
 
 - ``dapo_math_17k`` (BytedTsinghua-SIA/DAPO-Math-17k, parquet): ``prompt`` is a one-turn chat
   ``[{"content": ..., "role": "user"}]`` whose content is the problem wrapped in DAPO's
   instruction (`DAPO_PREFIX` + problem + `DAPO_SUFFIX`); ``reward_model`` is
   ``{"ground_truth": ..., "style": ...}``; ``extra_info`` is ``{"index": <uuid>}``. The problem
   is recovered by stripping the wrapper, so either template can be applied. The published file
-  repeats each problem many times: rows with the same (question, label) are written once.
+  repeats each problem many times (about 1.79M rows): rows with the same (question, label) are written once.
 - ``math500`` (HuggingFaceH4/MATH-500): ``problem``, ``answer`` (LaTeX, kept as is), ``unique_id``.
-- ``aime24``: Maxwell-Jia/AIME_2024 (``ID``, ``Problem``, ``Answer`` as int) or
-  HuggingFaceH4/aime_2024 (``id``, ``problem``, ``answer`` as str).
-- ``aime25``: opencompass/AIME2025 (``question``, ``answer``) or ``problem``/``answer``.
+- ``aime24``: Maxwell-Jia/AIME_2024 (``ID``, ``Problem``, ``Answer`` as int), HuggingFaceH4/aime_2024 (``id``,
+  ``problem``, ``answer`` as str), math-ai/aime24 (``id``, ``problem``, the answer only as ``\\boxed{N}`` inside
+  ``solution``) or BytedTsinghua-SIA/AIME-2024 (DAPO-Math-17k's layout, each problem 32 times: written once).
+- ``aime25``: opencompass/AIME2025 (``question``, ``answer``; two configurations, AIME2025-I and AIME2025-II, 15
+  problems each: pass both) or ``problem``/``answer``, or any ``aime24`` layout.
   AIME answers become plain integer strings ("033" and 33 -> "33").
 - ``gsm8k`` (openai/gsm8k): ``question``, ``answer`` = worked solution ending in ``#### 72``;
   the label is the text after the last ``####`` with thousands commas removed ("1,000" -> "1000").
@@ -32,10 +37,11 @@ put your final answer within \\boxed{}."), which the reward's boxed-answer extra
 ``dapo`` wraps the question in DAPO-Math's own "Answer: $Answer" instruction.
 
 Every label is checked with the reward's own test (`verifier.label_parses`: math-verify
-turns it into a mathematical object). A row that fails is not written (it could only score 0)
-but listed in ``OUT.rejected.jsonl`` with the reason. Input that does not fit (unknown
-extension, no question / answer column, no rows) raises `DataPrepError` with a one-line reason
-naming the file, before anything is written; the output is replaced atomically.
+turns it into a mathematical object). A row without a usable question or label is not written (it could only score
+0) but listed in ``OUT.rejected.jsonl`` with where it is and why; the summary counts each reason (`REASONS`) and names
+the first rows of each by file and line. Input that does not fit (unknown extension, no question / answer column, no
+rows, a data set the hub cannot give) raises `DataPrepError` with a one-line reason naming the file or data set
+(and the row), before anything is written; the output is replaced atomically.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from openrlhf_copo.files import atomic_path, jsonl_rows
 from openrlhf_copo.cpu_demo.data import INSTRUCTION
@@ -64,11 +70,27 @@ TEMPLATES: Dict[str, Callable[[str], str]] = {
 
 
 class DataPrepError(ValueError):
-    """Input that cannot be converted; the message is one line naming the file (and column)."""
+    """Input that cannot be converted; the message is one line naming the file (and row or column)."""
 
 
 class RowError(ValueError):
-    """One row without a usable question or label: reported in OUT.rejected.jsonl, not fatal."""
+    """One row without a usable question or label: reported in OUT.rejected.jsonl, not fatal. ``kind`` is the
+    reason the summary counts (`REASONS`); the message is the detail written beside the row."""
+
+    def __init__(self, kind: str, detail: Optional[str] = None):
+        super().__init__(detail or kind)
+        self.kind = kind
+
+
+#: Why a row is skipped, as the summary words it.
+REASONS = {
+    "empty question": "an empty or missing question",
+    "no user turn": "a prompt without a user turn",
+    "empty answer": "an empty or null answer",
+    "no ####": "a GSM8K solution without '#### <answer>'",
+    "no final answer": "a solution without a final answer (\\boxed{})",
+    "unparseable": "a label math-verify cannot parse",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,7 +99,7 @@ class RowError(ValueError):
 
 def _text(value: Any) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise RowError("empty")
+        raise RowError("empty", "empty")
     return str(value).strip()
 
 
@@ -86,18 +108,12 @@ def dapo_question(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         turns = [t for t in value if isinstance(t, dict) and t.get("role", "user") == "user"]
         if not turns:
-            raise RowError("prompt has no user turn")
+            raise RowError("no user turn", "prompt has no user turn")
         value = turns[-1].get("content")
     text = _text(value)
     text = text[len(DAPO_PREFIX.strip()):] if text.startswith(DAPO_PREFIX.strip()) else text
     text = text[:-len(DAPO_SUFFIX.strip())] if text.endswith(DAPO_SUFFIX.strip()) else text
     return _text(text)
-
-
-def dapo_label(value: Any) -> str:
-    if isinstance(value, dict):
-        value = value.get("ground_truth")
-    return _text(value)
 
 
 def aime_label(value: Any) -> str:
@@ -110,8 +126,23 @@ def aime_label(value: Any) -> str:
 def gsm8k_label(value: Any) -> str:
     text = _text(value)
     if "####" not in text:
-        raise RowError("no '#### <answer>' line in the solution")
+        raise RowError("no ####", "no '#### <answer>' line in the solution")
     return _text(text.rsplit("####", 1)[1].replace(",", ""))
+
+
+def answer_cell(column: str, value: Any) -> Any:
+    """The answer a cell holds: DAPO's ``reward_model`` {"ground_truth": ...}, the final answer of a worked
+    ``solution`` (math-ai/aime24: "\\boxed{204}"), else the value itself."""
+    if isinstance(value, dict):
+        return value.get("ground_truth")
+    if column.lower() == "solution" and isinstance(value, str) and value.strip():
+        from openrlhf_copo.rewards.answers import extract_answer
+
+        found = extract_answer(value)
+        if not found:
+            raise RowError("no final answer", "no final answer (\\boxed{}) in the solution")
+        return found
+    return value
 
 
 class Source(NamedTuple):
@@ -122,12 +153,16 @@ class Source(NamedTuple):
     ids: Tuple[str, ...] = ()
 
 
+#: DAPO's own copies (DAPO-Math-17k, BytedTsinghua-SIA/AIME-2024) keep the question in a chat ``prompt`` and the
+#: answer in ``reward_model``; `dapo_question` reads a plain question string as it is.
+_DAPO_COLUMNS = dict(questions=("problem", "question", "prompt"), question=dapo_question,
+                     answers=("answer", "reward_model", "solution"), ids=("id", "extra_info", "index"))
+
 SOURCES: Dict[str, Source] = {
-    "dapo_math_17k": Source(("prompt", "problem", "question"), dapo_question,
-                            ("reward_model", "answer", "solution"), dapo_label, ("extra_info", "index", "id")),
+    "dapo_math_17k": Source(label=_text, **_DAPO_COLUMNS),
     "math500": Source(("problem",), _text, ("answer",), _text, ("unique_id", "id")),
-    "aime24": Source(("problem", "question"), _text, ("answer",), aime_label, ("id",)),
-    "aime25": Source(("question", "problem"), _text, ("answer",), aime_label, ("id",)),
+    "aime24": Source(label=aime_label, **_DAPO_COLUMNS),
+    "aime25": Source(label=aime_label, **_DAPO_COLUMNS),
     "gsm8k": Source(("question",), _text, ("answer",), gsm8k_label),
 }
 
@@ -141,51 +176,88 @@ def _row_id(value: Any, index: int) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading.
+# Loading: rows one at a time, each with where it comes from ("FILE:LINE" or "FILE row N"), never a file whole
+# (the published DAPO-Math-17k holds about 1.79M rows, mostly repeats).
+
+Rows = Iterator[Tuple[str, Any]]
 
 
-def load_records(path: Optional[Path] = None, hf_name: Optional[str] = None, split: Optional[str] = None,
-                 hf_config: Optional[str] = None) -> Tuple[str, List[dict]]:
-    """(name for messages, rows as dicts) from a local file or a Hugging Face data set."""
+def _first_line(reason: BaseException) -> str:
+    return f"{type(reason).__name__}: {reason}".splitlines()[0] if str(reason) else type(reason).__name__
+
+
+def _parquet_rows(path: Path) -> Rows:
+    import pyarrow.parquet as pq
+
+    n = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+        for row in batch.to_pylist():
+            n += 1
+            yield f"{path} row {n}", row
+
+
+def _json_rows(path: Path) -> Rows:
+    """A JSON document (a list of objects or {"data": [...]}), or JSON lines under a .json name (what
+    `datasets.Dataset.to_json` writes)."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        first = text.lstrip().split("\n", 1)[0]
+        try:
+            json.loads(first)
+        except ValueError:
+            raise DataPrepError(f"{path}: not JSON ({e})") from None
+        yield from ((f"{path}:{n}", row) for n, row in jsonl_rows(path, DataPrepError))
+        return
+    rows = data.get("data") if isinstance(data, dict) else data
+    if not isinstance(rows, list):
+        raise DataPrepError(f'{path}: expected a list of objects, {{"data": [...]}} or JSON lines')
+    yield from ((f"{path} row {n}", row) for n, row in enumerate(rows, 1))
+
+
+def _file_rows(path: Path) -> Rows:
+    readers = {".parquet": _parquet_rows, ".json": _json_rows,
+               ".jsonl": lambda p: ((f"{p}:{n}", row) for n, row in jsonl_rows(p, DataPrepError))}
+    suffix = path.suffix.lower()
+    if suffix not in readers:
+        raise DataPrepError(f"{path}: unknown file extension {suffix!r} (expected .parquet, .json or .jsonl)")
+    try:
+        yield from readers[suffix](path)
+    except DataPrepError:
+        raise
+    except Exception as e:  # a corrupt parquet / json file
+        raise DataPrepError(f"{path}: cannot read as {suffix[1:]} ({_first_line(e)})") from None
+
+
+def _hub_rows(hf_name: str, config: Optional[str], split: Optional[str]) -> Rows:
+    import datasets
+
+    name = f"{hf_name} (config {config or 'default'}, split {split or 'default'})"
+    try:
+        ds = datasets.load_dataset(hf_name, config, split=split)
+    except Exception as e:  # the hub unreachable, a missing config or split: whatever `datasets` raises
+        raise DataPrepError(f"cannot load {name}: {_first_line(e)}") from None
+    if isinstance(ds, datasets.DatasetDict):
+        if len(ds) != 1:
+            raise DataPrepError(f"{name} has splits {sorted(ds)}: pick one with --split")
+        ds = next(iter(ds.values()))
+    yield from ((f"{name} row {n}", row) for n, row in enumerate(ds, 1))
+
+
+def load_records(paths: Sequence[Path] = (), hf_name: Optional[str] = None, split: Optional[str] = None,
+                 hf_configs: Sequence[Optional[str]] = (None,)) -> Tuple[str, Rows]:
+    """(name for messages, the rows with where each comes from) of local files or of a Hugging Face data set's
+    configurations, one after the other (AIME 2025 is two: opencompass/AIME2025's AIME2025-I and AIME2025-II)."""
     if hf_name is not None:
-        import datasets
-
-        ds = datasets.load_dataset(hf_name, hf_config, split=split)
-        if isinstance(ds, datasets.DatasetDict):
-            if len(ds) != 1:
-                raise DataPrepError(f"{hf_name} has splits {sorted(ds)}: pick one with --split")
-            ds = next(iter(ds.values()))
-        name, rows = f"{hf_name}[{split or 'default split'}]", ds.to_list()
-    else:
-        path = Path(path)
-        name = str(path)
+        configs = list(hf_configs) or [None]
+        name = f"{hf_name}[{', '.join(c or 'default' for c in configs)}; {split or 'default split'}]"
+        return name, (row for config in configs for row in _hub_rows(hf_name, config, split))
+    paths = [Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
+    for path in paths:
         if not path.is_file():
             raise DataPrepError(f"{path} does not exist")
-        suffix = path.suffix.lower()
-        try:
-            if suffix == ".parquet":
-                import pyarrow.parquet as pq
-
-                rows = pq.read_table(path).to_pylist()
-            elif suffix == ".json":
-                data = json.loads(path.read_text(encoding="utf-8"))
-                rows = data.get("data") if isinstance(data, dict) else data
-                if not isinstance(rows, list):
-                    raise DataPrepError(f'{path}: expected a list of objects or {{"data": [...]}}')
-            elif suffix == ".jsonl":
-                rows = [row for _, row in jsonl_rows(path, DataPrepError)]
-            else:
-                raise DataPrepError(f"{path}: unknown file extension {suffix!r} (expected .parquet, .json or .jsonl)")
-        except DataPrepError:
-            raise
-        except Exception as e:  # a corrupt parquet / json file
-            reason = f"{type(e).__name__}: {e}".splitlines()[0]
-            raise DataPrepError(f"{path}: cannot read as {suffix[1:]} ({reason})") from None
-    if not rows:
-        raise DataPrepError(f"{name} has no rows")
-    if not all(isinstance(r, dict) for r in rows):
-        raise DataPrepError(f"{name}: rows must be JSON objects (one per question)")
-    return name, rows
+    return ", ".join(map(str, paths)), (row for path in paths for row in _file_rows(path))
 
 
 def _find_column(columns: Sequence[str], candidates: Sequence[str]) -> Optional[str]:
@@ -208,63 +280,86 @@ class Report:
     def rejected_path(self) -> Path:
         return self.out.with_name(self.out.name + ".rejected.jsonl")
 
-    def summary(self) -> str:
+    def summary(self, shown: int = 3) -> str:
         line = f"wrote {self.written} rows to {self.out}"
         if self.duplicates:
             line += f"; dropped {self.duplicates} duplicate rows"
         if self.rejected:
-            ids = [str(r["id"]) for r in self.rejected]
-            shown = ", ".join(ids[:10]) + (f", ... (+{len(ids) - 10} more)" if len(ids) > 10 else "")
-            line += (f"; skipped {len(ids)} rows whose label math-verify cannot parse: ids {shown} "
-                     f"(reasons in {self.rejected_path})")
+            parts = []
+            for kind in dict.fromkeys(r["kind"] for r in self.rejected):
+                where = [r["where"] for r in self.rejected if r["kind"] == kind]
+                more = f", ... (+{len(where) - shown} more)" if len(where) > shown else ""
+                parts.append(f"{len(where)} with {REASONS[kind]} ({', '.join(where[:shown])}{more})")
+            line += f"; skipped {len(self.rejected)} rows: {'; '.join(parts)} (each in {self.rejected_path})"
         return line
 
 
-def convert(source: str, name: str, rows: List[dict], template: str = "boxed",
+class _Layout(NamedTuple):
+    question: str
+    answer: str
+    id: Optional[str]
+    where: str
+
+
+def _layout(spec: Source, where: str, row: dict) -> _Layout:
+    columns = list(row)
+    for kind, candidates in (("question", spec.questions), ("answer", spec.answers)):
+        if _find_column(columns, candidates) is None:
+            raise DataPrepError(f"{where}: no column for the {kind} (looked for {', '.join(candidates)}; "
+                                f"found {', '.join(columns)})")
+    return _Layout(_find_column(columns, spec.questions), _find_column(columns, spec.answers),
+                   _find_column(columns, spec.ids), where)
+
+
+def convert(source: str, name: str, rows: Iterable, template: str = "boxed",
             limit: Optional[int] = None) -> Tuple[List[dict], List[dict], int]:
-    """(written rows, rejected rows, duplicates dropped); raises DataPrepError for a layout that does not fit."""
+    """(written rows, rejected rows, duplicates dropped) of ``rows``, an iterable of (where, row) or of rows, read
+    once, one at a time. The layout (question, answer, id columns) is the first row's; a later row that lacks one of
+    its columns raises DataPrepError naming the row. Rows with the same (question, label) are written once."""
     if source not in SOURCES:
         raise DataPrepError(f"unknown source {source!r} (one of {', '.join(SOURCES)})")
     if template not in TEMPLATES:
         raise DataPrepError(f"unknown template {template!r} (one of {', '.join(TEMPLATES)})")
-    spec, columns = SOURCES[source], list(rows[0])
-    q_col = _find_column(columns, spec.questions)
-    if q_col is None:
-        raise DataPrepError(f"{name}: no column for the question (looked for {', '.join(spec.questions)}; "
-                            f"found {', '.join(columns)})")
-    a_col = _find_column(columns, spec.answers)
-    if a_col is None:
-        raise DataPrepError(f"{name}: no column for the answer (looked for {', '.join(spec.answers)}; "
-                            f"found {', '.join(columns)})")
-    id_col = _find_column(columns, spec.ids)
-
-    out, rejected, seen, duplicates = [], [], set(), 0
-    for index, row in enumerate(rows):
+    spec, layout = SOURCES[source], None
+    out, rejected, seen, duplicates, index = [], [], set(), 0, -1
+    for index, item in enumerate(rows):
         if limit is not None and len(out) >= limit:
             break
-        row_id = _row_id(row.get(id_col) if id_col else None, index)
-        raw_label = row.get(a_col)
+        where, row = item if isinstance(item, tuple) else (f"{name} row {index + 1}", item)
+        if not isinstance(row, dict):
+            raise DataPrepError(f"{where}: rows must be JSON objects (one per question)")
+        layout = layout or _layout(spec, where, row)
+        missing = [c for c in (layout.question, layout.answer) if c not in row]
+        if missing:
+            raise DataPrepError(f"{where}: no column {', '.join(missing)}, which the layout of {layout.where} has "
+                                f"(found {', '.join(row)})")
+        row_id = _row_id(row.get(layout.id) if layout.id else None, index)
+        raw_label = row.get(layout.answer)
         try:
             try:
-                question = spec.question(row.get(q_col))
+                question = spec.question(row.get(layout.question))
             except RowError as e:
-                raise RowError(f"question ({q_col}): {e}") from None
+                raise RowError("empty question" if e.kind == "empty" else e.kind,
+                               f"question ({layout.question}): {e}") from None
             try:
-                label = spec.label(raw_label)
+                label = spec.label(answer_cell(layout.answer, raw_label))
             except RowError as e:
-                raise RowError(f"answer ({a_col}): {e}") from None
+                raise RowError("empty answer" if e.kind == "empty" else e.kind,
+                               f"answer ({layout.answer}): {e}") from None
             if (question, label) in seen:
                 duplicates += 1
                 continue
             seen.add((question, label))
             if not label_parses(label):
-                raise RowError(f"math-verify cannot parse the label {label!r}")
+                raise RowError("unparseable", f"math-verify cannot parse the label {label!r}")
         except RowError as e:
-            rejected.append({"id": row_id, "datasource": source, "label": None if raw_label is None else str(raw_label),
-                             "reason": str(e)})
+            rejected.append({"id": row_id, "where": where, "datasource": source, "kind": e.kind,
+                             "label": None if raw_label is None else str(raw_label), "reason": str(e)})
             continue
         out.append({"prompt": [{"role": "user", "content": TEMPLATES[template](question)}], "label": label,
                     "datasource": source, "id": row_id})
+    if index < 0:
+        raise DataPrepError(f"{name} has no rows")
     return out, rejected, duplicates
 
 
@@ -275,15 +370,17 @@ def _write_jsonl(path: Path, rows: Sequence[dict]) -> None:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def prepare(source: str, out: Path, input_path: Optional[Path] = None, hf_name: Optional[str] = None,
-            split: Optional[str] = None, hf_config: Optional[str] = None, template: str = "boxed",
+def prepare(source: str, out: Path, input_path=None, hf_name: Optional[str] = None,
+            split: Optional[str] = None, hf_config=None, template: str = "boxed",
             limit: Optional[int] = None) -> Report:
-    """Convert one data set to `out` (and `out`.rejected.jsonl when rows were skipped); see the module doc."""
+    """Convert one data set to `out` (and `out`.rejected.jsonl when rows were skipped); see the module doc.
+    ``input_path``: one file or several (read one after the other); ``hf_config``: one configuration or several."""
     if (input_path is None) == (hf_name is None):
         raise DataPrepError("give exactly one of an input file and a Hugging Face data set name")
     if source not in SOURCES:  # before loading anything
         raise DataPrepError(f"unknown source {source!r} (one of {', '.join(SOURCES)})")
-    name, rows = load_records(input_path, hf_name, split, hf_config)
+    configs = hf_config if isinstance(hf_config, (list, tuple)) else [hf_config]
+    name, rows = load_records(input_path if input_path is not None else (), hf_name, split, configs)
     kept, rejected, duplicates = convert(source, name, rows, template, limit)
     report = Report(Path(out), len(kept), duplicates, rejected)
     _write_jsonl(report.out, kept)

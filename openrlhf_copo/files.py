@@ -55,15 +55,14 @@ def write_atomic(path, text: str) -> None:
 def jsonl_rows(path, error: Type[Exception] = ValueError, *, partial_last_line: bool = False) -> Iterator[Tuple[int, dict]]:
     """(line number, row) of each non-blank line of a JSON-lines file. A line that is not JSON raises
     ``error("<path>:<line>: not JSON (...)")``; with ``partial_last_line`` a bad *last* line is skipped
-    instead (a file another process is appending to right now)."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            yield n, json.loads(line)
-        except ValueError as e:
-            if partial_last_line and n == len(lines):
-                return
-            raise error(f"{path}:{n}: not JSON ({e})") from None
+    instead (a file another process is appending to right now). Read lazily, one line at a time."""
+    with open(path, encoding="utf-8") as f:  # line by line: a file of millions of rows is never held whole
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except ValueError as e:
+                if partial_last_line and not f.read():
+                    return  # the last line: still being written
+                raise error(f"{path}:{n}: not JSON ({e})") from None

@@ -48,11 +48,27 @@ def test_each_run_is_the_method_the_paired_flags_the_setting_then_the_users_flag
 def test_the_runs_train_on_exactly_their_prompts(tmp_path):
     rows = [{"prompt": f"q{i}", "label": str(i)} for i in range(10)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cut = compare.train_file(setting(tmp_path, prompts_per_step=3, steps=2), tmp_path / "out")
+    cut, episodes = compare.train_file(setting(tmp_path, prompts_per_step=3, steps=2), tmp_path / "out")
     assert [json.loads(x)["prompt"] for x in cut.read_text().splitlines()] == ["q0", "q1", "q2", "q3", "q4", "q5"]
-    assert compare.train_file(setting(tmp_path, prompts_per_step=5, steps=2), tmp_path / "out") == tmp_path / "train.jsonl"
-    with pytest.raises(SystemExit, match="10 prompts, fewer than --steps 4 x --prompts_per_step 3 = 12"):
-        compare.train_file(setting(tmp_path, prompts_per_step=3, steps=4), tmp_path / "out")
+    assert episodes == 1
+    assert compare.train_file(setting(tmp_path, prompts_per_step=5, steps=2), tmp_path / "out") == \
+        (tmp_path / "train.jsonl", 1)
+    with pytest.raises(SystemExit, match="10 prompts, fewer than --prompts_per_step 11"):
+        compare.train_file(setting(tmp_path, prompts_per_step=11, steps=1), tmp_path / "out")
+
+
+def test_more_steps_than_one_pass_over_the_prompts_are_openrlhf_episodes(tmp_path, load_args):
+    """As OpenRLHF's episodes: 12 steps x 3 prompts from 10 prompts are 4 passes (the fewest that divide the steps
+    and fit: 36 / 10 -> 4) of 3 steps over the first 9 prompts; 5 steps of 3 are 5 passes of 1 step over 3 prompts."""
+    rows = [{"prompt": f"q{i}", "label": str(i)} for i in range(10)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = setting(tmp_path, prompts_per_step=3, steps=12)
+    cut, episodes = compare.train_file(s, tmp_path / "out")
+    assert (len(cut.read_text().splitlines()), episodes) == (9, 4)
+    args = load_args(compare.run_argv(s, "copo", 0, tmp_path / "copo-seed0", cut, True, episodes))
+    assert (args.train.num_episodes, args.rollout.batch_size) == (4, 3)
+    cut, episodes = compare.train_file(setting(tmp_path, prompts_per_step=3, steps=5), tmp_path / "out5")
+    assert (len(cut.read_text().splitlines()), episodes) == (3, 5)
 
 
 def write_run(out: Path, method: str, seed: int, outcomes: str, first_step: dict, hours: float = 0.1) -> dict:
@@ -139,3 +155,112 @@ def test_the_cli_refuses_a_comparison_without_the_baseline(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["--model", "m", "--train_data", "t", "--eval_data", "e", "--out", str(tmp_path), "--methods", "copo"])
     assert "--methods must include grpo" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 45: every held-out source and the pooled result; runs made with other settings refused; --report_only.
+
+
+def write_sources_run(out: Path, method: str, seed: int, outcomes: dict, settings: dict = None) -> dict:
+    """A finished run whose final evaluation has one greedy evaluation per data source, as OpenRLHF logs a held-out
+    file that mixes `datasource`s (eval_<source>_greedy and its per-prompt outcomes)."""
+    d = compare.run_dir(out, method, seed)
+    d.mkdir(parents=True)
+    row = {"step": 1, "eval": 1}
+    for source, o in outcomes.items():
+        row.update({f"eval_{source}_greedy": o.count("1") / len(o), f"eval_{source}_greedy_outcomes": o})
+    (d / "metrics.jsonl").write_text(json.dumps({"step": 1, "copo_zero_std": 0.5}) + "\n" + json.dumps(row) + "\n")
+    info = {"method": method, "seed": seed, "wall_seconds": 60.0, **({"settings": settings} if settings else {})}
+    (d / "done.json").write_text(json.dumps(info))
+    return info
+
+
+def test_the_report_gives_every_held_out_source_and_the_pooled_result(tmp_path):
+    """COPO +0.1 on 10 AIME prompts and -0.5 on 50 MATH-500 prompts: pooled over the 60 prompts, (1 - 25) / 60 = -0.4,
+    not AIME's +0.100 (the first eval_*_greedy key in alphabetical order, all that was read before)."""
+    grpo = {"aime24": "0" * 10, "math500": "1" * 25 + "0" * 25}
+    copo = {"aime24": "1" + "0" * 9, "math500": "0" * 50}
+    infos = [write_sources_run(tmp_path, "grpo", 0, grpo), write_sources_run(tmp_path, "copo", 0, copo)]
+    result = compare.report(tmp_path, infos)
+    row = result["table"]["copo"]
+    assert row["minus_baseline"]["mean"] == pytest.approx(-0.4)
+    assert result["sources"] == ["aime24", "math500"] and row["prompts"] == 60
+    assert row["final"][0] == pytest.approx(1 / 60)
+    assert row["sources"]["aime24"]["minus_baseline"]["mean"] == pytest.approx(0.1)
+    assert row["sources"]["math500"]["minus_baseline"]["mean"] == pytest.approx(-0.5)
+    assert row["sources"]["math500"]["prompts"] == 50
+    text = compare.markdown(result)
+    assert "| copo | 1 | 0.017 | -0.400 [" in text
+    assert "| copo | aime24 | 10 | 0.100 | +0.100 [" in text and "| copo | math500 | 50 | 0.000 | -0.500 [" in text
+
+
+def test_a_rerun_refuses_a_finished_run_made_with_other_settings_naming_the_flag(tmp_path):
+    """A GRPO run at the old lr is not kept for a command at a new lr: the rerun stops before running anything, naming
+    --lr and both values. The same settings keep it (no run is started: the marker is returned)."""
+    for name in ("train.jsonl", "test.jsonl"):
+        (tmp_path / name).write_text('{"prompt": "q", "label": "1"}\n' * 8)
+    old = setting(tmp_path, lr=1e-6, prompts_per_step=4, steps=2)
+    info = write_sources_run(tmp_path / "runs", "grpo", 0, {"math500": "0101"}, compare.settings_of(old))
+    assert compare.run_one(old, "grpo", 0, tmp_path / "runs", step0=True) == info
+    with pytest.raises(SystemExit, match=r"grpo-seed0 finished with --lr 1e-06, this command has 2e-06: use another "
+                                         r"--out, or delete"):
+        compare.run_one(setting(tmp_path, lr=2e-6, prompts_per_step=4, steps=2), "grpo", 0, tmp_path / "runs", True)
+    with pytest.raises(SystemExit, match="the flags after --"):
+        compare.run_one(setting(tmp_path, lr=1e-6, prompts_per_step=4, steps=2, extra=["--actor.eps_clip", "0.3"]),
+                        "grpo", 0, tmp_path / "runs", True)
+
+
+def test_a_report_refuses_to_pair_runs_made_with_different_settings_and_records_them(tmp_path):
+    """GRPO recorded at lr 1e-6 beside COPO at 2e-6: no pairing, the flag named. Runs that agree give the report their
+    settings; --report_only needs neither --model nor the data files."""
+    from openrlhf_copo.cli import compare as cli
+
+    base = {"--model": "Qwen/Qwen2.5-3B-Instruct", "--lr": 1e-06, "--steps": 60, "the flags after --": []}
+    write_sources_run(tmp_path / "mixed", "grpo", 0, {"math500": "0101"}, base)
+    write_sources_run(tmp_path / "mixed", "copo", 0, {"math500": "1101"}, {**base, "--lr": 2e-06})
+    with pytest.raises(SystemExit, match=r"copo-seed0 was made with --lr 2e-06, grpo-seed0 with 1e-06"):
+        compare.report(tmp_path / "mixed", compare.finished_runs(tmp_path / "mixed"))
+    with pytest.raises(SystemExit, match=r"copo-seed0 was made with --lr 2e-06, grpo-seed0 with 1e-06"):
+        cli.main(["--report_only", "--out", str(tmp_path / "mixed"), "--seeds", "0"])
+
+    write_sources_run(tmp_path / "same", "grpo", 0, {"math500": "0101"}, base)
+    write_sources_run(tmp_path / "same", "copo", 0, {"math500": "1101"}, base)
+    assert cli.main(["--report_only", "--out", str(tmp_path / "same"), "--seeds", "0"]) == 0
+    saved = json.loads((tmp_path / "same" / "report.json").read_text())
+    assert saved["settings"] == base and saved["table"]["copo"]["minus_baseline"]["mean"] == pytest.approx(0.25)
+
+
+def test_the_cli_needs_model_and_data_only_to_run(tmp_path, capsys):
+    from openrlhf_copo.cli import compare as cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["--out", str(tmp_path), "--model", "m"])
+    assert "--train_data, --eval_data required to run (not with --report_only)" in capsys.readouterr().err
+
+
+def test_the_readme_example_fits_one_8_gpu_node_and_dapo_math_17k(tmp_path, load_args):
+    """The README's command, as written there: one node of 8 GPUs shared by the actor and the vLLM engines
+    (colocated), and steps x prompts per step drawn from DAPO-Math-17k's ~17.4k distinct prompts in whole passes
+    (OpenRLHF episodes), not refused for having fewer prompts than 60 x 512."""
+    import shlex
+
+    from openrlhf_copo.cli import compare as cli
+
+    text = (REPO / "README.md").read_text()
+    block = text[text.index("python -m openrlhf_copo.cli.compare --model"):]
+    command = " ".join(line.split("#")[0].rstrip(" \\") for line in block[:block.index("```")].splitlines())
+    argv = shlex.split(command)[3:]
+    i = argv.index("--")
+    args = cli.parser().parse_args(argv[:i])
+    rows = [{"prompt": [{"role": "user", "content": f"q{n}"}], "label": str(n)} for n in range(17_398)]
+    (tmp_path / "dapo.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = compare.Setting(model=args.model, train=tmp_path / "dapo.jsonl", test=tmp_path / "math500.jsonl",
+                        samples_per_prompt=args.samples_per_prompt, prompts_per_step=args.prompts_per_step,
+                        steps=args.steps, lr=args.lr, eval_every=args.eval_every, extra=argv[i + 1:])
+    train, episodes = compare.train_file(s, tmp_path / "out")
+    passes = len(train.read_text().splitlines())
+    assert passes * episodes == args.steps * args.prompts_per_step and passes <= 17_398 and passes % 512 == 0
+    run = load_args(compare.run_argv(s, "copo", 0, tmp_path / "out" / "copo-seed0", train, True, episodes))
+    assert run.train.colocate_all and run.actor.num_nodes * run.actor.num_gpus_per_node == 8
+    assert run.vllm.num_engines * run.vllm.tensor_parallel_size == 8
+    assert (run.rollout.batch_size, run.rollout.n_samples_per_prompt, run.actor.adam.lr) == (512, 6, 1e-6)

@@ -9,11 +9,11 @@
 # one shared virtualenv), or set REWARD_FILE to a copy on storage every node mounts.
 REWARD_FILE=${REWARD_FILE:-$(python3 -c 'import os, openrlhf_copo.rewards as r; print(os.path.join(os.path.dirname(r.__file__), "math_reward.py"))')}
 
-# Paths a job reads or writes, made absolute: the job runs in Ray's per-session copy of the working dir, where a
-# relative SAVE_DIR would put checkpoints that a resubmitted job never finds (it silently starts at step 0).
-copo_abspath() {
-  case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac
-}
+# Paths a job reads or writes, made absolute (copo_abspath, DATA_DIR): the job runs in Ray's per-session copy of the
+# working dir, where a relative SAVE_DIR would put checkpoints that a resubmitted job never finds (it silently starts
+# at step 0), and which holds no data/ (.gitignore).
+source "$(dirname "${BASH_SOURCE[0]}")/_paths.sh"
+REWARD_FILE=$(copo_abspath "$REWARD_FILE")
 
 # The job's runtime env: the working dir, minus what the run writes into it or reads by absolute path. Ray packs
 # the working dir into every submission (the job server refuses an upload over 100 MiB), so checkpoints under it
@@ -29,13 +29,27 @@ import json, os, sys
 working_dir, flags, argv = os.path.realpath(sys.argv[1]), sys.argv[2].split(), sys.argv[3:]
 excludes = []
 for flag, value in zip(argv, argv[1:]):
-    path = os.path.realpath(value) if flag in flags else ""
-    if path.startswith(working_dir + os.sep):
-        anchored = "/" + os.path.relpath(path, working_dir)
-        if anchored not in excludes:
-            excludes.append(anchored)
+    for path in [os.path.realpath(v) for v in value.split(",")] if flag in flags else []:  # --eval.dataset: a,b
+        if path.startswith(working_dir + os.sep):
+            anchored = "/" + os.path.relpath(path, working_dir)
+            if anchored not in excludes:
+                excludes.append(anchored)
 print(json.dumps({"working_dir": working_dir, "excludes": excludes}))
 PYEOF
+}
+
+copo_check_inputs() {  # every absolute path the job reads must exist here, before anything is submitted
+  local flag="" arg entry
+  for arg in "${ARGS[@]}"; do
+    case "$flag" in --data.prompt_dataset | --eval.dataset | --reward.remote_url | --actor.model_name_or_path)
+      for entry in ${arg//,/ }; do
+        case "$entry" in /*) [ -e "$entry" ] || {
+          echo "error: $flag $entry does not exist (prepare the data first: examples/scripts/prepare_data.sh)" >&2
+          return 2; } ;; esac
+      done ;;
+    esac
+    flag=$arg
+  done
 }
 
 copo_submit() {
@@ -43,6 +57,7 @@ copo_submit() {
     printf '%s\n' "${ARGS[@]}"
     return 0
   fi
+  copo_check_inputs
   ray job submit --address="${RAY_ADDRESS:-http://127.0.0.1:8265}" \
     --runtime-env-json="$(copo_runtime_env "${ARGS[@]}")" \
     -- python3 -m openrlhf_copo.cli.train_ppo_ray "${ARGS[@]}"

@@ -4,5 +4,6 @@
 # responses). GAMMA, RHO, ZERO_CONTROL, KL_COEF, ESTIMATOR, COPO_MODE select their other scripts (docs/paper.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-GAMMA=${GAMMA:-5} RHO=${RHO:-1} ZERO_CONTROL=${ZERO_CONTROL:-response} INCORRECT=reward STD=unbiased KL_COEF=${KL_COEF:-0} \
+RUN_NAME=${RUN_NAME:-copo_released} GAMMA=${GAMMA:-5} RHO=${RHO:-1} ZERO_CONTROL=${ZERO_CONTROL:-response} \
+  INCORRECT=reward STD=unbiased KL_COEF=${KL_COEF:-0} \
   exec examples/scripts/train_copo_ray.sh --train.batch_size 192 --copo.answer_buckets string --actor.dual_clip 3 "$@"

@@ -1,15 +1,19 @@
 """`python -m openrlhf_copo.cli.compare`: a paired comparison of advantage methods on your model and data.
 
-    python -m openrlhf_copo.cli.compare --model Qwen/Qwen2.5-3B-Instruct --train_data train.jsonl \\
-        --eval_data test.jsonl --methods grpo copo ngrpo rl_zvp --seeds 0 1 --samples_per_prompt 6 \\
-        --prompts_per_step 512 --steps 100 --lr 1e-6 --out runs/compare -- \\
-        --actor.num_nodes 2 --actor.num_gpus_per_node 8 --vllm.num_engines 8 --rollout.max_new_tokens 4096
+    python -m openrlhf_copo.cli.compare --model Qwen/Qwen2.5-3B-Instruct --train_data data/dapo_math_17k.jsonl \\
+        --eval_data data/math500.jsonl --methods grpo copo --seeds 0 1 --samples_per_prompt 6 \\
+        --prompts_per_step 512 --steps 60 --lr 1e-6 --eval_every 10 --out runs/compare -- \\
+        --train.colocate_all --vllm.enable_sleep --ds.enable_sleep --actor.num_gpus_per_node 8 --vllm.num_engines 8
 
 Each (method, seed) is one `train_ppo_ray` run with the same flags but the method's (`openrlhf_copo.compare`);
-everything after `--` goes to every run as it is. Runs are resumable: a finished run is kept, so the same command
-goes on where it stopped. The report (`report.md`, `report.json` under --out) gives each method minus GRPO on the
-same held-out prompts, per seed and over seeds with a 95% interval, and what each method's runs saw at their first
-step. Run on the CPU only so far (the tiny model in tests/test_compare.py); not on a GPU.
+everything after `--` goes to every run as it is, and wins over the tool's own settings: no KL
+(--algo.kl.init_coef 0), OpenRLHF's token-mean loss, one optimizer step per rollout batch (--train.batch_size =
+prompts x G), a constant lr, no checkpoints kept. More steps than one pass over the prompts are OpenRLHF episodes.
+Runs are resumable: a finished run made with the same settings is kept, one made with others is refused, naming the
+flag. The report (`report.md`, `report.json` under --out, with the runs' settings) gives each method minus GRPO on
+the same held-out prompts, pooled and per source, per seed and over seeds with a 95% interval, and what each method's
+runs saw at their first step. Run on the CPU only so far (the tiny model in tests/test_compare.py); not on a GPU. The
+cost of a run at the paper's size: docs/gpu-recipe.md.
 """
 
 from __future__ import annotations
@@ -28,11 +32,11 @@ def parser() -> argparse.ArgumentParser:
                                 description="Paired comparison of advantage methods (one train_ppo_ray run per "
                                             "method and seed); flags after -- go to every run.")
     d = compare.Setting(model="", train=Path(), test=Path())
-    p.add_argument("--model", required=True, help="HF model folder or name (--actor.model_name_or_path)")
+    p.add_argument("--model", help="HF model folder or name (--actor.model_name_or_path); not with --report_only")
     p.add_argument("--start_checkpoint", default=None,
                    help="an HF model folder to start every run from instead of --model (e.g. a policy trained before)")
-    p.add_argument("--train_data", type=Path, required=True, help="training prompts, JSON lines")
-    p.add_argument("--eval_data", type=Path, required=True, help="held-out prompts, JSON lines")
+    p.add_argument("--train_data", type=Path, help="training prompts, JSON lines")
+    p.add_argument("--eval_data", type=Path, help="held-out prompts, JSON lines (their datasource: one report each)")
     p.add_argument("--input_key", default=d.input_key)
     p.add_argument("--label_key", default=d.label_key)
     p.add_argument("--reward", default=d.reward, help="reward file (--reward.remote_url); default: math_reward.py")
@@ -59,26 +63,31 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
     if compare.BASELINE not in args.methods:
         parser().error(f"--methods must include {compare.BASELINE}: every method is compared with it")
+    # the baseline first: its run of each seed makes the seed's step-0 evaluation
+    methods = [compare.BASELINE] + [m for m in args.methods if m != compare.BASELINE]
+    if args.report_only:
+        return write_report(args.out, compare.finished_runs(args.out, methods, args.seeds), methods,
+                            args.samples_per_prompt)
+    missing = [f for f in ("--model", "--train_data", "--eval_data") if getattr(args, f[2:]) is None]
+    if missing:
+        parser().error(f"{', '.join(missing)} required to run (not with --report_only)")
     setting = compare.Setting(
         model=args.model, start=args.start_checkpoint, train=args.train_data, test=args.eval_data,
         samples_per_prompt=args.samples_per_prompt, prompts_per_step=args.prompts_per_step, steps=args.steps,
         lr=args.lr, eval_every=args.eval_every, reward=args.reward, input_key=args.input_key,
         label_key=args.label_key, device=args.device, extra=extra)
-    # the baseline first: its run of each seed makes the seed's step-0 evaluation
-    methods = [compare.BASELINE] + [m for m in args.methods if m != compare.BASELINE]
-    if args.report_only:
-        infos = compare.finished_runs(args.out, methods, args.seeds)
-    else:
-        infos = compare.run_all(setting, methods, args.seeds, args.out)
+    return write_report(args.out, compare.run_all(setting, methods, args.seeds, args.out), methods,
+                        args.samples_per_prompt)
+
+
+def write_report(out: Path, infos: List[dict], methods: List[str], samples_per_prompt: int) -> int:
     if not infos:
-        raise SystemExit(f"no finished run under {args.out}")
-    result = compare.report(args.out, infos, samples_per_prompt=args.samples_per_prompt)
+        raise SystemExit(f"no finished run under {out}")
+    result = compare.report(out, infos, samples_per_prompt=samples_per_prompt)
     text = compare.markdown(result)
-    (args.out / "report.md").write_text(text + "\n")
-    (args.out / "report.json").write_text(json.dumps({"setting": {**vars(setting), "train": str(setting.train),
-                                                                  "test": str(setting.test)},
-                                                      "methods": {m: compare.METHODS[m] for m in methods},
-                                                      "paired_flags": compare.PAIRED, **result}, indent=1))
+    (out / "report.md").write_text(text + "\n")
+    (out / "report.json").write_text(json.dumps({"methods": {m: compare.METHODS[m] for m in methods},
+                                                 "paired_flags": compare.PAIRED, **result}, indent=1))
     print(text)
     return 0
 

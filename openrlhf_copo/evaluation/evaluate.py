@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -69,9 +70,12 @@ def load_rows(path: Path) -> List[dict]:
 
 
 def resolve_model(path: str) -> str:
-    """A Hugging Face model folder: the path itself, or the newest one saved under it (a run or checkpoint dir)."""
+    """A Hugging Face model folder: the path itself, or the newest one saved under it (a run or checkpoint dir); a
+    hub name ("Qwen/Qwen2.5-3B-Instruct": no such local path, one "/", not starting with "." or "/") as it is."""
     p = Path(path)
     if not p.exists():
+        if re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", path):
+            return path
         raise EvalInputError(f"model or checkpoint {path} does not exist")
     if (p / "config.json").is_file():
         return str(p)

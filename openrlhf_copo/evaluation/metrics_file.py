@@ -9,7 +9,7 @@ from typing import List
 from openrlhf_copo.evaluation.metrics import parse_outcomes
 from openrlhf_copo.files import jsonl_rows
 
-__all__ = ["read_metrics", "train_rows", "eval_rows", "heldout", "greedy"]
+__all__ = ["read_metrics", "train_rows", "eval_rows", "heldout", "greedy", "greedy_by_source"]
 
 
 def read_metrics(path: Path) -> List[dict]:
@@ -37,12 +37,19 @@ def heldout(row: dict) -> tuple:
     return float("nan"), float("nan"), 0
 
 
-def greedy(row: dict) -> tuple:
-    """(greedy accuracy, its standard error, per-prompt outcomes or None) of an evaluation row (the first data
-    source's); NaNs when the row has no greedy evaluation."""
+def greedy_by_source(row: dict) -> dict:
+    """{data source: (greedy accuracy, its standard error, per-prompt outcomes or None)} of an evaluation row, in
+    the sources' alphabetical order (OpenRLHF evaluates each ``datasource`` of the held-out rows apart)."""
+    out = {}
     for key in sorted(row):
         if key.startswith("eval_") and key.endswith("_greedy"):
             outcomes = row.get(f"{key}_outcomes")
-            return (float(row[key]), float(row.get(f"{key}_se", float("nan"))),
-                    parse_outcomes(outcomes) if outcomes else None)
-    return float("nan"), float("nan"), None
+            out[key[len("eval_"):-len("_greedy")]] = (float(row[key]), float(row.get(f"{key}_se", float("nan"))),
+                                                     parse_outcomes(outcomes) if outcomes else None)
+    return out
+
+
+def greedy(row: dict) -> tuple:
+    """(greedy accuracy, its standard error, per-prompt outcomes or None) of an evaluation row (the first data
+    source's: the CPU demo's held-out set is one source); NaNs when the row has no greedy evaluation."""
+    return next(iter(greedy_by_source(row).values()), (float("nan"), float("nan"), None))

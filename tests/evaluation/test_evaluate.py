@@ -81,6 +81,16 @@ def test_paper_mean_avg_is_weighted_by_prompt_count():
     assert round(100 * weighted_average(results, "maj@{k}"), 2) == 53.41
 
 
+def test_a_hub_model_name_is_passed_on_and_a_missing_folder_refused(tmp_path, monkeypatch):
+    """evaluate_run.sh's default MODELS starts with the base model's hub name (the paper's base-model row): it is not a
+    local folder and goes to vLLM as it is; a missing local folder, absolute or relative, is still refused."""
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model("Qwen/Qwen2.5-3B-Instruct") == "Qwen/Qwen2.5-3B-Instruct"
+    for missing in (str(tmp_path / "checkpoints" / "copo"), "./checkpoints/copo", "checkpoints"):
+        with pytest.raises(EvalInputError, match="does not exist"):
+            resolve_model(missing)
+
+
 def test_bad_inputs_name_the_file(tmp_path):
     with pytest.raises(EvalInputError, match="does not exist"):
         resolve_model(str(tmp_path / "nope"))

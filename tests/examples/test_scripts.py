@@ -15,11 +15,11 @@ ALL = sorted(p.name for p in SCRIPTS.glob("*.sh") if not p.name.startswith("_"))
 TRAIN = [n for n in ALL if n.startswith(("train_", "sweep_"))]
 
 
-def script_runs(name, **env):
-    """The command line(s) a script would submit (a sweep submits several, separated by '---')."""
+def script_runs(name, cwd=None, **env):
+    """The command line(s) a script would submit (a sweep submits several, separated by '---'), run from ``cwd``."""
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
     out = subprocess.run(["bash", str(SCRIPTS / name)], capture_output=True, text=True, timeout=120, check=True,
-                         env={**os.environ, "PATH": path, "COPO_PRINT_ARGS": "1", **env})
+                         cwd=cwd, env={**os.environ, "PATH": path, "COPO_PRINT_ARGS": "1", **env})
     runs, current = [], []
     for line in out.stdout.splitlines():
         if line == "---":
@@ -30,8 +30,8 @@ def script_runs(name, **env):
     return runs + ([current] if current else [])
 
 
-def script_args(name, **env):
-    (only,) = script_runs(name, **env)
+def script_args(name, cwd=None, **env):
+    (only,) = script_runs(name, cwd, **env)
     return only
 
 
@@ -63,8 +63,9 @@ def test_evaluate_script_parses():
 
     args = build_parser().parse_args(script_args("evaluate_run.sh", MODELS="a b", WITH_AIME25="1"))
     assert args.model == ["a", "b"] and args.temperature == 1.0 and args.top_p == 1.0
-    assert args.benchmark == ["math500=data/math500.jsonl:8", "aime24=data/aime24.jsonl:64",
-                              "aime25=data/aime25.jsonl:64"]
+    data = SCRIPTS.parents[1] / "data"
+    assert args.benchmark == [f"math500={data}/math500.jsonl:8", f"aime24={data}/aime24.jsonl:64",
+                              f"aime25={data}/aime25.jsonl:64"]
 
 
 def test_sweep_covers_table_4(load_args):
@@ -226,3 +227,126 @@ def test_the_two_node_demo_command_parses_and_is_complete(load_args):
     assert cpu.cpu_problems(args) == []
     assert (args.actor.num_nodes, args.vllm.num_engines, args.ref.num_nodes, args.algo.kl.init_coef) == (2, 2, 1, 0.01)
     assert args.ckpt.path.startswith(str(repo / "runs" / "two-nodes-demo-"))
+
+
+def prepared_data_dir(folder: Path) -> Path:
+    """A DATA_DIR as prepare_data.sh leaves it, from the small copies of the real layouts (tests/fixtures/data)."""
+    from openrlhf_copo.data_prep import prepare
+
+    fixtures = SCRIPTS.parents[1] / "tests" / "fixtures" / "data"
+    for source, fixture in [("dapo_math_17k", "dapo_math_17k.parquet"), ("math500", "math500.jsonl"),
+                            ("aime24", "aime24_h4.jsonl"), ("aime25", "aime25_opencompass.jsonl"),
+                            ("gsm8k", "gsm8k.parquet")]:
+        prepare(source, folder / f"{source}.jsonl", input_path=fixtures / fixture)
+    return folder
+
+
+#: The flags whose values are paths a job or the evaluation reads (comma-separated lists for --eval.dataset), and
+#: those it writes.
+READS = ("--data.prompt_dataset", "--eval.dataset", "--reward.remote_url", "--model")
+WRITES = ("--ckpt.path", "--ckpt.output_dir", "--out")
+
+
+def check_paths(argv):
+    """Every path-valued flag of ``argv`` absolute; every path read exists. Returns the paths read."""
+    read = []
+    for flag, value in zip(argv, argv[1:]):
+        paths = value.split(",") if flag in READS else [value] if flag in WRITES else []
+        if flag == "--benchmark":  # NAME=PATH[:K]
+            paths = [value.split("=", 1)[1].rsplit(":", 1)[0]]
+            read += paths
+        elif flag in READS:
+            read += paths
+        for p in paths:
+            assert os.path.isabs(p), f"{flag} {p} is relative"
+    missing = [p for p in read if not os.path.exists(p)]
+    assert not missing, f"missing: {missing}"
+    return read
+
+
+def test_every_path_a_script_hands_on_is_absolute_and_exists_whatever_the_folder_it_runs_from(tmp_path):
+    """A `ray job submit` runs the job in its own copy of the working dir, without data/ (.gitignore): every path
+    handed to the job must be absolute. prepare_data.sh writes where the training and evaluation scripts read: a
+    relative DATA_DIR is read from the repository root by all of them, wherever they are run from."""
+    repo = SCRIPTS.parents[1]
+    data = prepared_data_dir(tmp_path / "data")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"DATA_DIR": os.path.relpath(data, repo)}
+    runs = script_runs("prepare_data.sh", cwd=elsewhere, **env)
+    outs = [os.path.normpath(run[run.index("--out") + 1]) for run in runs]
+    assert outs == [str(data / f"{s}.jsonl") for s in ("dapo_math_17k", "math500", "aime24", "aime25", "gsm8k")]
+    for name in TRAIN:
+        for argv in script_runs(name, cwd=elsewhere, **env):
+            read = [os.path.normpath(p) for p in check_paths(argv)]
+            assert str(data / "dapo_math_17k.jsonl") in read and str(data / "math500.jsonl") in read, name
+    model = tmp_path / "run"
+    model.mkdir()
+    argv = script_args("evaluate_run.sh", cwd=elsewhere, MODELS=f"Qwen/Qwen2.5-3B-Instruct {model}", WITH_AIME25="1",
+                       WITH_GSM8K="1", **env)
+    assert argv[:4] == ["--model", "Qwen/Qwen2.5-3B-Instruct", "--model", str(model)]  # a hub name stays
+    assert len(check_paths(argv[2:])) == 5  # the model folder and four benchmarks
+
+
+def test_training_evaluates_on_math500_and_aime24_unless_told_not_to(load_args, tmp_path):
+    """The paper's curves (MATH-500 and AIME 2024, mean@8, temperature 1.0) come from evaluation during training;
+    EVAL_DATA= turns it off and EVAL_DATA names other files (made absolute)."""
+    data = prepared_data_dir(tmp_path / "data")
+    args = load_args(script_args("train_copo_ray.sh", DATA_DIR=str(data)))
+    assert args.eval.dataset == f"{data}/math500.jsonl,{data}/aime24.jsonl"
+    assert (args.eval.steps, args.eval.n_samples_per_prompt, args.eval.temperature) == (5, 8, 1.0)
+    assert load_args(script_args("train_copo_ray.sh", EVAL_DATA="")).eval.dataset is None
+    gsm8k = os.path.relpath(data / "gsm8k.jsonl", SCRIPTS.parents[1])
+    mine = load_args(script_args("train_copo_ray.sh", EVAL_DATA=gsm8k, EVAL_STEPS="2", EVAL_K="4"))
+    assert (os.path.normpath(mine.eval.dataset), mine.eval.steps, mine.eval.n_samples_per_prompt) == (
+        str(data / "gsm8k.jsonl"), 2, 4)
+
+
+def test_a_job_whose_data_is_missing_is_not_submitted(tmp_path):
+    """Without the prepared data the script stops before `ray job submit`, naming the file and the way to make it."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ray").write_text("#!/bin/sh\necho submitted\n")
+    (fake / "ray").chmod(0o755)
+    path = f"{fake}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"
+    proc = subprocess.run(["bash", str(SCRIPTS / "train_copo_ray.sh")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": path, "DATA_DIR": str(tmp_path / "none")})
+    assert proc.returncode == 2 and "submitted" not in proc.stdout
+    assert proc.stderr == (f"error: --data.prompt_dataset {tmp_path}/none/dapo_math_17k.jsonl does not exist "
+                           "(prepare the data first: examples/scripts/prepare_data.sh)\n")
+    data = prepared_data_dir(tmp_path / "data")
+    proc = subprocess.run(["bash", str(SCRIPTS / "train_copo_ray.sh")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": path, "DATA_DIR": str(data)})
+    assert proc.returncode == 0 and proc.stdout == "submitted\n", proc.stderr
+
+
+def test_each_method_trains_into_its_own_folder():
+    """The recipe trains COPO, then GRPO: with one default SAVE_DIR for both, the GRPO job would resume from COPO's
+    checkpoint (--ckpt.load_enable). Every training script's default folder is its own (the sweep: one per pair)."""
+    folders = {}
+    for name in TRAIN:
+        for argv in script_runs(name):
+            folders.setdefault(argv[argv.index("--ckpt.output_dir") + 1], []).append(name)
+    assert {f: n for f, n in folders.items() if len(n) > 1} == {}
+
+
+def env_variables_read(path: Path) -> set:
+    """The variables a script reads from the environment: every ${NAME:-...}, ${NAME-...}, ${NAME:=...} (the scripts
+    read their settings that way and no other)."""
+    import re
+
+    return set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)(?::?[-=+])", path.read_text()))
+
+
+def test_every_variable_a_script_reads_is_in_the_recipes_table():
+    """docs/gpu-recipe.md holds the one table of the environment variables: every variable an example script reads
+    is a row, and every row is read by a script."""
+    import re
+
+    doc = (SCRIPTS.parents[1] / "docs" / "gpu-recipe.md").read_text()
+    table = doc[doc.index("<!-- variables -->"):doc.index("<!-- /variables -->")]
+    rows = {name for line in table.splitlines() if line.startswith("| `")
+            for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", line.split("|")[1])}
+    read = set().union(*(env_variables_read(p) for p in SCRIPTS.glob("*.sh")))
+    assert read - rows == set(), "read by a script, not in docs/gpu-recipe.md"
+    assert rows - read == set(), "in docs/gpu-recipe.md, read by no script"
