@@ -48,6 +48,7 @@ from typing import List
 
 from openrlhf_copo.contract import CPU_ENV, ROLLOUT_SEED_ENV
 from openrlhf_copo.openrlhf_ext.device import cuda_available
+from openrlhf_copo.openrlhf_ext.kernels import flash_attn_flag, stand_in_problems
 from openrlhf_copo.vllm_cpu import vllm_cpu_env
 
 #: The dtype the vLLM engines of a CPU run are built with instead of OpenRLHF's fixed bfloat16.
@@ -67,10 +68,10 @@ def cpu_problems(args) -> List[str]:
         p.append("--vllm.enable_sleep / --ds.enable_sleep: vLLM sleep mode is not supported on the CPU platform")
     if getattr(v, "sync_backend", "nccl") != "gloo":
         p.append(f"--vllm.sync_backend {v.sync_backend}: NCCL needs CUDA; add --vllm.sync_backend gloo")
-    if getattr(ds, "packing_samples", False) or getattr(ds, "ring_attn_size", 1) > 1:
-        p.append("--ds.packing_samples / --ds.ring_attn_size force flash-attention, which has no CPU kernels")
-    if "flash" in str(getattr(ds, "attn_implementation", "")):
-        p.append(f"--ds.attn_implementation {ds.attn_implementation} has no CPU kernels: use sdpa or eager")
+    flash = flash_attn_flag(args)
+    if flash:
+        p.append(f"{flash} needs flash-attention, which has no CPU kernels: use --ds.attn_implementation sdpa (or "
+                 "eager) without packing")
     if getattr(ds, "use_liger_kernel", False):
         p.append("--ds.use_liger_kernel: liger's Triton kernels need CUDA")
     if getattr(ds, "load_in_4bit", False):
@@ -91,10 +92,11 @@ def extend_parser(parser) -> None:
 
 
 def gpu_problems(args) -> List[str]:
-    """Settings only the CPU path understands, on a machine that takes the GPU path."""
+    """Settings only the CPU path understands, on a machine that takes the GPU path; and a run that needs
+    flash-attn's kernels where only its import-only stand-in is installed (`kernels.stand_in_problems`)."""
     if getattr(args.ds, "param_dtype", None) == FP32:
         return ["--ds.param_dtype fp32 is the CPU path's (OpenRLHF on a GPU trains in bf16 or fp16): drop it"]
-    return []
+    return stand_in_problems(args)
 
 
 def device_slots(args) -> int:
