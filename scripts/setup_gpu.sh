@@ -50,8 +50,9 @@ if [ "$FLASH_ATTN" = compile ]; then
   [ -n "$NVCC" ] || fail "no nvcc (CUDA $GPU_TORCH_CUDA_MAJOR toolkit) in \$CUDA_HOME/bin or on PATH: flash-attn" \
     "compiles against torch's CUDA $GPU_TORCH_CUDA_MAJOR; install it, or FLASH_ATTN=stub"
   CUDA_V=$("$NVCC" --version | sed -n 's/.*release \([0-9]*\)\.\([0-9]*\).*/\1.\2/p')
-  [ "${CUDA_V%%.*}" = "$GPU_TORCH_CUDA_MAJOR" ] || fail "$NVCC is CUDA ${CUDA_V:-?}: flash-attn must compile with" \
-    "CUDA $GPU_TORCH_CUDA_MAJOR (torch 2.13.0's); point CUDA_HOME at a CUDA $GPU_TORCH_CUDA_MAJOR toolkit, or FLASH_ATTN=stub"
+  M=$GPU_TORCH_CUDA_MAJOR
+  [ "${CUDA_V%%.*}" = "$M" ] || fail "$NVCC is CUDA ${CUDA_V:-?}: flash-attn must compile with CUDA $M" \
+    "(torch 2.13.0's); point CUDA_HOME at a CUDA $M toolkit, or FLASH_ATTN=stub"
   command -v "${CXX:-g++}" > /dev/null || fail "no C++ compiler (${CXX:-g++}): flash-attn's build needs one"
 fi
 
