@@ -106,6 +106,7 @@ fi
 "${PIP[@]}" --no-deps -e .
 
 "$VPY" - "$FLASH_ATTN" <<'PYEOF'
+import importlib.metadata
 import sys
 
 import deepspeed, openrlhf, ray, torch, transformers, vllm  # noqa: F401
@@ -118,10 +119,11 @@ if flash_attn_is_stand_in() != (sys.argv[1] == "stub"):
     sys.exit(f"setup_gpu.sh: FLASH_ATTN={sys.argv[1]}, but import flash_attn gives "
              + ("the stand-in" if flash_attn_is_stand_in() else "a real flash-attn"))
 note = ("flash-attn: import-only stand-in (use --ds.attn_implementation sdpa, no packing)" if sys.argv[1] == "stub"
-        else "flash-attn " + __import__("flash_attn").__version__)
+        else "flash-attn " + importlib.metadata.version("flash-attn"))
+v = importlib.metadata.version
 print(f"setup_gpu.sh: gpu env ok: torch {torch.__version__} (CUDA {torch.version.cuda}, device visible: "
-      f"{torch.cuda.is_available()}), vllm {vllm.__version__}, openrlhf {openrlhf.__version__}, deepspeed "
-      f"{deepspeed.__version__}, ray {ray.__version__}, transformers {transformers.__version__}, {note}")
+      f"{torch.cuda.is_available()}), vllm {v('vllm')}, openrlhf {v('openrlhf')}, deepspeed {v('deepspeed')}, "
+      f"ray {v('ray')}, transformers {v('transformers')}, math-verify {v('math-verify')}, {note}")
 PYEOF
 if [ "$FLASH_ATTN" = stub ]; then
   say "pip check would report openrlhf's missing flash-attn requirement: that is the stand-in's place"
