@@ -17,7 +17,8 @@
 #
 # Environment: PYTHON (default python3) makes the venv VENV (default .venv at the repository root; an existing one is
 # reused); VENV=none installs into PYTHON's own environment (a container's, say). FLASH_ATTN=compile (default) or
-# stub. MAX_JOBS, CUDA_HOME as flash-attn's build reads them.
+# stub. MAX_JOBS, CUDA_HOME, FLASH_ATTN_CUDA_ARCHS (flash-attn's default 80;90;100;120; "90" for H100/H200 alone)
+# as flash-attn's build reads them.
 #
 # With the stand-in, runs must use --ds.attn_implementation sdpa and no packing; the driver refuses
 # --ds.packing_samples, --ds.ring_attn_size > 1, --train.dynamic_batch_enable and a flash attention implementation in
@@ -79,12 +80,16 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 if [ "$FLASH_ATTN" = compile ]; then
   if [ -z "${MAX_JOBS:-}" ]; then
+    # flash-attn's own setup.py rule, said here before hours of compiling: a job (nvcc with NVCC_THREADS=4) peaks at
+    # about 9 GiB, so available memory / 9 GiB, and at most half the cores
     MEM_GB=$(awk '/^MemAvailable:/ {print int($2 / 1048576)}' /proc/meminfo)
+    HALF_CORES=$(( $(nproc) / 2 ))
     MAX_JOBS=$(( MEM_GB / GPU_FLASH_ATTN_GB_PER_JOB ))
+    [ "$MAX_JOBS" -le "$HALF_CORES" ] || MAX_JOBS=$HALF_CORES
     [ "$MAX_JOBS" -ge 1 ] || MAX_JOBS=1
-    [ "$MAX_JOBS" -le "$(nproc)" ] || MAX_JOBS=$(nproc)
     say "MAX_JOBS=$MAX_JOBS for the flash-attn compile: $MEM_GB GiB available / about $GPU_FLASH_ATTN_GB_PER_JOB GiB" \
-      "per job, $(nproc) cores (set MAX_JOBS to override; a job that runs out of memory is killed)"
+      "per job, at most half of $(nproc) cores (set MAX_JOBS to override; a job out of memory is killed);" \
+      "FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-80;90;100;120} (set it to your GPUs' alone to compile less)"
   fi
   rm -rf "$SITE/flash_attn"  # a stand-in left by an earlier FLASH_ATTN=stub
   # FORCE_BUILD: 2.8.3 publishes no wheel for torch 2.13, so skip its download attempt and compile.
