@@ -8,17 +8,19 @@
 #             requirements without flash-attn (read from the first resolution's openrlhf metadata).
 # It prints the resolved versions (torch, vllm, openrlhf, deepspeed, ray, transformers, flash-attn, math-verify), the
 # CUDA runtime wheels, the package count, and pip's error on a conflict. Nothing is installed but the check venv's
-# build tools and a CPU torch: flash-attn publishes only an sdist whose setup.py imports torch, so pip reads its
+# build tools and a torch: flash-attn publishes only an sdist whose setup.py imports torch, so pip reads its
 # metadata by running that setup.py without build isolation (FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE: no compile, no
 # nvcc). The compile itself is the one step this cannot do.
 #
 # It downloads gigabytes: pip 26.3's dry run fetched the whole wheels, about 4.2 GB per resolution (torch 527 MB,
-# vllm 316 MB, the CUDA 13 libraries), plus a CPU torch; 4 minutes on a machine with a fast link. Not part of .ci/run.
+# vllm 316 MB, the CUDA 13 libraries), plus the check venv's torch; minutes on a fast link. Not part of .ci/run.
 # Rerun it when a pin in requirements.txt or scripts/gpu_pins.sh changes, and commit its output to
 # docs/gpu-install-check.md.
 #
-# Environment: PYTHON (default python3; 3.10-3.12), CHECK_TORCH (the pip arguments that put a CPU torch 2.13.0 in the
-# check venv; default: PyTorch's CPU index), CHECK_DIR (keep the venv and the reports there instead of a temp dir).
+# Environment: PYTHON (default python3; 3.10-3.12), CHECK_TORCH (the pip arguments that put a torch 2.13.0 in the check
+# venv; default: PyPI's, the CUDA build with its CUDA libraries, which imports without a GPU; a CPU wheel is smaller,
+# e.g. "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"), CHECK_DIR (keep the venv and the reports
+# there instead of a temp dir).
 # pip's configuration files are ignored (PIP_CONFIG_FILE=/dev/null): a machine's find-links or constraints (a local
 # +cpu torch, a cap on torch) would change the resolution; PIP_INDEX_URL, if set, is kept.
 set -euo pipefail
@@ -26,7 +28,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 source scripts/gpu_pins.sh
 PY=${PYTHON:-python3}
-CHECK_TORCH=${CHECK_TORCH:-"$GPU_TORCH_SPEC --index-url https://download.pytorch.org/whl/cpu"}
+CHECK_TORCH=${CHECK_TORCH:-$GPU_TORCH_SPEC}
 WORK=${CHECK_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/gpu-install-check.XXXXXX")}
 mkdir -p "$WORK"
 export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -48,8 +50,8 @@ PYEOF
 VPY="$WORK/venv/bin/python"
 "$VPY" -m pip install -q --upgrade "pip>=24"
 echo "$("$VPY" -m pip --version | cut -d' ' -f1-2), venv in $WORK/venv"
-# The venv holds what setup_gpu.sh has in place before flash-attn builds: its build tools and a torch 2.13.0 (here a
-# CPU build: only flash-attn's setup.py imports it, to write its metadata).
+# The venv holds what setup_gpu.sh has in place before flash-attn builds: its build tools and a torch 2.13.0 (only
+# flash-attn's setup.py imports it, to write its metadata; a CPU build will do).
 "$VPY" -m pip install -q "${GPU_BUILD_TOOLS[@]}"
 # shellcheck disable=SC2086
 "$VPY" -m pip install -q $CHECK_TORCH
