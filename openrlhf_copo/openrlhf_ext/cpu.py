@@ -48,7 +48,6 @@ from typing import List
 
 from openrlhf_copo.contract import CPU_ENV, ROLLOUT_SEED_ENV
 from openrlhf_copo.openrlhf_ext.device import cuda_available
-from openrlhf_copo.openrlhf_ext.kernels import flash_attn_flag, stand_in_problems
 from openrlhf_copo.vllm_cpu import vllm_cpu_env
 
 #: The dtype the vLLM engines of a CPU run are built with instead of OpenRLHF's fixed bfloat16.
@@ -60,6 +59,8 @@ _APPLIED = False
 
 def cpu_problems(args) -> List[str]:
     """Settings that cannot work on the CPU path, one line each."""
+    from openrlhf_copo.openrlhf_ext.kernels import flash_attn_flag
+
     p = []
     v, ds = args.vllm, args.ds
     if getattr(v, "sync_with_ray", False):
@@ -96,6 +97,8 @@ def gpu_problems(args) -> List[str]:
     flash-attn's kernels where only its import-only stand-in is installed (`kernels.stand_in_problems`)."""
     if getattr(args.ds, "param_dtype", None) == FP32:
         return ["--ds.param_dtype fp32 is the CPU path's (OpenRLHF on a GPU trains in bf16 or fp16): drop it"]
+    from openrlhf_copo.openrlhf_ext.kernels import stand_in_problems
+
     return stand_in_problems(args)
 
 
