@@ -59,6 +59,8 @@ _APPLIED = False
 
 def cpu_problems(args) -> List[str]:
     """Settings that cannot work on the CPU path, one line each."""
+    from openrlhf_copo.openrlhf_ext.kernels import flash_attn_flag
+
     p = []
     v, ds = args.vllm, args.ds
     if getattr(v, "sync_with_ray", False):
@@ -67,10 +69,10 @@ def cpu_problems(args) -> List[str]:
         p.append("--vllm.enable_sleep / --ds.enable_sleep: vLLM sleep mode is not supported on the CPU platform")
     if getattr(v, "sync_backend", "nccl") != "gloo":
         p.append(f"--vllm.sync_backend {v.sync_backend}: NCCL needs CUDA; add --vllm.sync_backend gloo")
-    if getattr(ds, "packing_samples", False) or getattr(ds, "ring_attn_size", 1) > 1:
-        p.append("--ds.packing_samples / --ds.ring_attn_size force flash-attention, which has no CPU kernels")
-    if "flash" in str(getattr(ds, "attn_implementation", "")):
-        p.append(f"--ds.attn_implementation {ds.attn_implementation} has no CPU kernels: use sdpa or eager")
+    flash = flash_attn_flag(args)
+    if flash:
+        p.append(f"{flash} needs flash-attention, which has no CPU kernels: use --ds.attn_implementation sdpa (or "
+                 "eager) without packing")
     if getattr(ds, "use_liger_kernel", False):
         p.append("--ds.use_liger_kernel: liger's Triton kernels need CUDA")
     if getattr(ds, "load_in_4bit", False):
@@ -91,10 +93,13 @@ def extend_parser(parser) -> None:
 
 
 def gpu_problems(args) -> List[str]:
-    """Settings only the CPU path understands, on a machine that takes the GPU path."""
+    """Settings only the CPU path understands, on a machine that takes the GPU path; and a run that needs
+    flash-attn's kernels where only its import-only stand-in is installed (`kernels.stand_in_problems`)."""
     if getattr(args.ds, "param_dtype", None) == FP32:
         return ["--ds.param_dtype fp32 is the CPU path's (OpenRLHF on a GPU trains in bf16 or fp16): drop it"]
-    return []
+    from openrlhf_copo.openrlhf_ext.kernels import stand_in_problems
+
+    return stand_in_problems(args)
 
 
 def device_slots(args) -> int:

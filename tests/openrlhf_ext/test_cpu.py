@@ -16,8 +16,11 @@ CPU_OK = ["--vllm.sync_backend", "gloo", "--vllm.num_engines", "1", "--actor.num
     (["--vllm.sync_with_ray"], "--vllm.sync_with_ray fails on the CPU"),
     (["--train.colocate_all", "--vllm.enable_sleep"], "vLLM sleep mode is not supported"),
     (["--vllm.sync_backend", "nccl"], "NCCL needs CUDA; add --vllm.sync_backend gloo"),
-    (["--ds.packing_samples"], "--ds.packing_samples / --ds.ring_attn_size force flash-attention"),
-    (["--ds.attn_implementation", "flash_attention_2"], "has no CPU kernels: use sdpa or eager"),
+    (["--ds.packing_samples"], "--ds.packing_samples needs flash-attention, which has no CPU kernels"),
+    (["--ds.ring_attn_size", "2"], "--ds.ring_attn_size 2 needs flash-attention, which has no CPU kernels"),
+    (["--ds.attn_implementation", "flash_attention_2"],
+     "--ds.attn_implementation flash_attention_2 needs flash-attention, which has no CPU kernels: use "
+     "--ds.attn_implementation sdpa (or eager) without packing"),
     (["--ds.use_liger_kernel"], "liger's Triton kernels need CUDA"),
     (["--train.enable_ema"], "--train.enable_ema"),
 ])

@@ -1,4 +1,4 @@
-"""CPU stand-in: see flash_attn/__init__.py. `rearrange` is einops' own, as in the real module."""
+"""Import-only stand-in: see flash_attn/__init__.py. `rearrange` is einops' own, as in the real module."""
 from einops import rearrange  # noqa: F401
 
 from flash_attn import _unavailable
