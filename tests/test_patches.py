@@ -40,7 +40,8 @@ def test_patches_apply_and_the_estimator_tests_pass_on_the_fork(fork):
     env = fork_env(fork)
     tests = ["tests/openrlhf_ext/test_advantages.py", "tests/openrlhf_ext/test_training_step.py",
              "tests/cli/test_train_ppo_ray.py::test_paper_defaults",
-             "tests/cli/test_train_ppo_ray.py::test_bad_settings_are_refused_with_one_line"]
+             "tests/cli/test_train_ppo_ray.py::test_bad_settings_are_refused_with_one_line",
+             "tests/cli/test_entry_points.py"]  # the CLI over the fork's main block: the CLI's checks, once
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=REPO,
                          env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
@@ -64,9 +65,9 @@ def test_the_forks_own_main_runs_the_same_driver_steps(fork, tmp_path, extra, re
 
 
 def test_a_forks_killed_worker_ends_on_the_same_line_as_the_clis(fork, tmp_path):
-    """The fork's own `python -m openrlhf.cli.train_ppo_ray` runs the driver steps to the end: the device step (on
-    this CUDA-less machine, the CPU path), then training through `driver.run_training`. Its DeepSpeed worker killed
-    mid-run, it ends on the CLI's line (tests/e2e/test_train_ppo_ray_cpu.py), after its own program name."""
+    """The fork's own `python -m openrlhf.cli.train_ppo_ray` runs the driver steps to the end (`train_from_fork`):
+    the device step (on this CUDA-less machine, the CPU path), then training. Its DeepSpeed worker killed mid-run, it
+    ends on the CLI's line (tests/e2e/test_train_ppo_ray_cpu.py), after its own program name."""
     import re
 
     from openrlhf_copo.cpu_demo.models import tiny_qwen2

@@ -1,56 +1,71 @@
-"""The driver's part of a COPO run: one ordered list of steps, wherever OpenRLHF's main runs.
+"""The driver's part of a COPO run: the checks on OpenRLHF's final arguments, Ray's start, the one-line ending.
 
-Two entry points run the very same steps:
+Three entry points, each a straight line (`CHECKS` says which checks each runs):
 
-- `python -m openrlhf_copo.cli.train_ppo_ray` runs OpenRLHF's *unmodified* `train_ppo_ray` main with
-  `run_openrlhf_main`: its main block, compiled from its own source, runs with our parser step once the parser is
-  built and with our `train`, which runs `after_parse` on the arguments OpenRLHF hands to `train(args)` (after all
-  of OpenRLHF's own adjustments), then OpenRLHF's `train` with `ray_init_kwargs` at its `ray.init`; a failed run
-  ends with `end_run`;
-- a fork carrying `patches/train_ppo_ray.patch` calls `extend_openrlhf_parser`, `after_parse` (right before
-  `train(args)`), `ray_init_kwargs` and `run_training` from its own source.
+    CLI main      cli/train_ppo_ray.py `main`:  openrlhf_args -> after_parse(args, CLI) ->
+                  run_training(train_with_copo_ray): Ray started with `ray_init_kwargs` over OpenRLHF's own settings
+                  (`openrlhf_ray_init_kwargs`; OpenRLHF's `train` then skips its own `ray.init`), then its `train`
+    load_args     cli/train_ppo_ray.py `load_args`:  openrlhf_args -> after_parse(args, LOAD_ARGS) -> the args;
+                  nothing is read, written, asked of a cluster or trained
+    a fork        patches/train_ppo_ray.patch, in the fork's own main: extend_openrlhf_parser(parser) before its
+                  parse_args, then, in place of its `train(args)`, train_from_fork(train, args, parser) ->
+                  after_parse(args, FORK) -> run_training(train); its `train`'s `ray.init` gets `ray_init_kwargs`
 
-Steps, in order:
+`openrlhf_args` runs OpenRLHF's own main block up to `train(args)` (its parser and adjustments are not importable):
+the CLI's arguments are exactly those OpenRLHF would train on. Over a fork it runs the fork's main block the same
+way: the fork's `train_from_fork` hands the args to the CLI's recorder and checks nothing, so the CLI's entry point
+decides the checks there too (`python -m openrlhf_copo.cli.train_ppo_ray` over a fork runs as over OpenRLHF).
 
-    parser        extend_openrlhf_parser: COPO estimators, the --advantage_estimator alias, --copo.* flags
-    (OpenRLHF's own parsing, hierarchizing and adjustments of the arguments)
-    after_parse   1. refusals (copo_problems)              one line, the run does not start
-                  2. warnings (copo_warnings)              printed, the run goes on
-                  3. openrlhf version and signatures       fails early on an unsupported openrlhf
-                  4. resume guard (check_resume_settings)  a checkpoint resumes with its own settings
-                  5. preflight                             model folder, data files, rows, labels
-                  6. device (--copo.device, `device.py`)   CUDA or the CPU path, decided where the actors will
-                                                           run, said in one line; the CPU path's refusals and
-                                                           adaptations follow it (`cpu.py`), and
-                                                           args.copo.device holds the decision from here on
-    ray.init      ray_init_kwargs: the worker hook (patches in every worker, no CUDA touched; which ones, by
-                  estimator and flags: `runtime_patches.patches_for`), the actor
-                  tokenizer's stop tokens for the reward, the CPU path's environment and local cluster
-    train         run_training / end_run: a run that stops ends on one line naming what stopped it
-                  (`failure.py`: which worker died, where the checkpoints are), then Ray shut down
+The checks (`after_parse`), in order:
+
+    refusals      copo_problems: one line, the run does not start
+    warnings      the regime line, then copo_warnings: printed, the run goes on
+    openrlhf      openrlhf version and signatures: an unsupported openrlhf fails here, not in a worker
+    resume_guard  check_resume_settings: a checkpoint resumes with its own settings
+    preflight     model folder, data files, rows, labels
+    device        --copo.device (`device.py`): CUDA or the CPU path, decided where the actors will run, said in one
+                  line; the CPU path's refusals and adaptations follow it (`cpu.py`), and args.copo.device holds
+                  the decision from here on
+
+Then `ray_init_kwargs` (the worker hook: patches in every worker, no CUDA touched, which ones by estimator and flags,
+`runtime_patches.patches_for`; the actor tokenizer's stop tokens for the reward; the CPU path's environment and local
+cluster) and `run_training` (a run that stops ends on one line naming what stopped it, `failure.py`: which worker
+died, where the checkpoints are; then Ray shut down).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
-import contextvars
+import importlib
 import inspect
 import json
+import os
 import sys
 import traceback
-from typing import Optional
 
 from openrlhf_copo.contract import PATCHES_ENV, RAY_WORKER_SETUP_HOOK, ROLLOUT_SEED_ENV
 from openrlhf_copo.openrlhf_ext import config, cpu, device, runtime_patches
 from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
-                                               copo_regime, copo_warnings, estimator_action, is_copo)
+                                               copo_regime, copo_warnings, is_copo)
 from openrlhf_copo.openrlhf_ext.failure import end_run
 from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
 
-__all__ = ["DriverError", "extend_openrlhf_parser", "after_parse", "apply_device", "decide_device", "ray_init_kwargs",
-           "with_worker_hook", "run_training", "end_run", "run_openrlhf_main", "openrlhf_main_block"]
+__all__ = ["DriverError", "CLI", "LOAD_ARGS", "FORK", "CHECKS", "extend_openrlhf_parser", "after_parse",
+           "apply_device", "decide_device", "ray_init_kwargs", "openrlhf_ray_init_kwargs", "train_with_copo_ray",
+           "train_from_fork", "run_training", "with_worker_hook", "end_run", "openrlhf_args", "openrlhf_main_block",
+           "ArgsRecorder"]
+
+#: The entry points.
+CLI, LOAD_ARGS, FORK = "cli", "load_args", "fork"
+
+#: Which checks each entry point runs on the arguments OpenRLHF hands to `train(args)`, in this order
+#: (`after_parse`). `load_args` checks the arguments alone: it reads no file, writes nothing and asks no cluster.
+CHECKS = {
+    CLI: ("refusals", "warnings", "openrlhf", "resume_guard", "preflight", "device"),
+    FORK: ("refusals", "warnings", "openrlhf", "resume_guard", "preflight", "device"),
+    LOAD_ARGS: ("refusals", "warnings", "openrlhf"),
+}
 
 
 class DriverError(ValueError):
@@ -59,57 +74,67 @@ class DriverError(ValueError):
 
 def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
     """The parser step: COPO's estimators, the `--advantage_estimator` alias and the `--copo.*` flags
-    (`config`), and `--ds.param_dtype fp32` for the CPU path (`cpu`)."""
+    (`config`), and `--ds.param_dtype fp32` for the CPU path (`cpu`). Idempotent."""
     config.extend_openrlhf_parser(parser)
     cpu.extend_parser(parser)
 
 
-#: The args objects the steps already ran on: the CLI running a fork's main runs them from its `hierarchize` hook,
-#: and the fork's own `after_parse` call then finds them done.
-_STEPS_RAN_ON: list = []
+def after_parse(args, entry: str, *, warn=None) -> None:
+    """The checks of ``entry`` (`CHECKS`) on the arguments as OpenRLHF will use them (where its main calls
+    `train(args)`, after its own adjustments), in order. Raises `DriverError`."""
+    for check in CHECKS[entry]:
+        _CHECK_STEPS[check](args, warn or _print_warning)
 
 
-def after_parse(args, *, check_inputs: Optional[bool] = None, warn=None) -> None:
-    """Steps 1-6 on the arguments as OpenRLHF will use them (where its main calls `train(args)`, after its own
-    adjustments), once per args. Raises `DriverError`.
-
-    ``check_inputs`` off skips the resume guard, the preflight and the device decision (`load_args`: nothing is
-    read, written or asked of a cluster; args.copo.device stays as given); None (a fork's main): on, or left to the
-    CLI's `train` when the CLI runs that main."""
-    if any(done is args for done in _STEPS_RAN_ON):
-        return
-    if check_inputs is None:
-        if _RUN_BY_CLI.get():
-            return  # a fork's main run by the CLI: the CLI's `train` runs the steps right after this
-        check_inputs = True
-    _STEPS_RAN_ON.append(args)
+def _refusals(args, warn) -> None:
     problems = copo_problems(args)
     if problems:
         raise DriverError(problems[0])
+
+
+def _warnings(args, warn) -> None:
     regime = copo_regime(args)
     if regime:
         print(f"openrlhf_copo: {regime}", file=sys.stderr, flush=True)
     for warning in copo_warnings(args):
-        (warn or _print_warning)(warning)
-    try:  # in the driver: an unsupported openrlhf fails here, not in a worker
+        warn(warning)
+
+
+def _openrlhf(args, warn) -> None:
+    try:
         runtime_patches.check_openrlhf()
         if is_copo(args):
             runtime_patches.apply()
     except runtime_patches.OpenRLHFVersionError as e:
         raise DriverError(str(e)) from None
-    if not check_inputs:
-        return
+
+
+def _resume_guard(args, warn) -> None:
     try:
         check_resume_settings(args)
-        preflight(args)
-    except (CopoConfigError, PreflightError) as e:
+    except CopoConfigError as e:
         raise DriverError(str(e)) from None
+
+
+def _preflight(args, warn) -> None:
+    try:
+        preflight(args)
+    except PreflightError as e:
+        raise DriverError(str(e)) from None
+
+
+def _device(args, warn) -> None:
     apply_device(args)
 
 
+_CHECK_STEPS = {"refusals": _refusals, "warnings": _warnings, "openrlhf": _openrlhf, "resume_guard": _resume_guard,
+                "preflight": _preflight, "device": _device}
+
+
 def apply_device(args) -> device.DeviceDecision:
-    """Step 6: decide the device (`decide_device`), say it in one line, refuse what that device cannot run, set up
-    the CPU path if it is that, and leave the decision in ``args.copo.device`` (what `ray_init_kwargs` reads)."""
+    """The device check: decide the device (`decide_device`), say it in one line, refuse what that device cannot
+    run, set up the CPU path if it is that, and leave the decision in ``args.copo.device`` (what `ray_init_kwargs`
+    reads)."""
     decision = decide_device(args)
     print(decision.line(), file=sys.stderr, flush=True)
     if decision.cpu_path:
@@ -127,7 +152,7 @@ def apply_device(args) -> device.DeviceDecision:
 
 
 def decide_device(args) -> device.DeviceDecision:
-    """Step 6's decision: `--copo.device`, with `auto` asked of the cluster the run joins (`device.decide`)."""
+    """The device decision: `--copo.device`, with `auto` asked of the cluster the run joins (`device.decide`)."""
     try:
         return device.decide(args.copo.device, address=device.cluster_address(), local_cuda=device.cuda_available,
                              slots=device.cluster_slots)
@@ -137,7 +162,7 @@ def decide_device(args) -> device.DeviceDecision:
 
 def ray_init_kwargs(args, kwargs: dict) -> dict:
     """OpenRLHF's `ray.init` arguments plus COPO's: the worker hook, the stop tokens, and on the CPU path (as
-    `after_parse` decided) its environment and local cluster."""
+    the device check decided) its environment and local cluster."""
     kwargs = dict(kwargs)
     try:
         kwargs["runtime_env"] = with_worker_hook(kwargs.get("runtime_env"))
@@ -154,12 +179,46 @@ def ray_init_kwargs(args, kwargs: dict) -> dict:
     return kwargs
 
 
+def openrlhf_ray_init_kwargs() -> dict:
+    """OpenRLHF 0.11.2's own `ray.init` arguments (the top of its `train`), a value set in the environment winning
+    as there: the CLI starts Ray with these plus COPO's (`train_with_copo_ray`)."""
+    return {"runtime_env": {"env_vars": {
+        "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
+        "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
+        "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
+    }}}
+
+
+def train_with_copo_ray(args) -> None:
+    """The CLI's training: Ray started with COPO's settings over OpenRLHF's own, then OpenRLHF's `train(args)`, which
+    skips its own `ray.init` as Ray is up. (Ray already up in this process: it is used as it is, as OpenRLHF does.)"""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(**ray_init_kwargs(args, openrlhf_ray_init_kwargs()))
+    importlib.import_module(OPENRLHF_MAIN).train(args)
+
+
+def train_from_fork(train, args, parser: argparse.ArgumentParser) -> None:
+    """A fork's entry point, in place of its main's `train(args)` (patches/train_ppo_ray.patch): the fork's checks
+    (`CHECKS[FORK]`), a refusal as `parser.error`, then ``train(args)``, ending on one line if it stops.
+
+    Handed the CLI's `ArgsRecorder` instead of the fork's `train` (the CLI reading this fork's arguments with
+    `openrlhf_args`), it hands the recorder the args and checks nothing: the CLI's entry point runs its own checks."""
+    if isinstance(train, ArgsRecorder):
+        train(args)
+        return
+    try:
+        after_parse(args, FORK)
+    except DriverError as e:
+        parser.error(str(e))
+    run_training(train, args, parser.prog)
+
+
 def run_training(train, args, prog: str) -> None:
-    """OpenRLHF's `train(args)`; if it raises, the run ends on one line (`end_run`)."""
+    """``train(args)``; if it raises, the run ends on one line (`end_run`)."""
     try:
         train(args)
-    except DriverError:
-        raise  # a refusal (the CLI's `train`, running the steps for a fork's main), not a failed run
     except Exception as e:  # a dead Ray worker, an out-of-memory, ...: the traceback, then one line
         end_run(e, args, prog)
 
@@ -195,25 +254,54 @@ def _add_stop_tokens(runtime_env: dict, args) -> None:
                        "cuts responses at the common chat templates' end-of-turn tokens only")
 
 
-class StopBeforeTraining(BaseException):
-    """Raised where OpenRLHF's `train(args)` begins, when the caller only wants the args. A BaseException: it
-    passes the `except Exception` of `run_training` (a fork's main, run by `load_args`), as it is no failure."""
+#: OpenRLHF's train_ppo_ray module (or a fork's, if that is the openrlhf installed): `openrlhf_args` runs its main
+#: block, `train_with_copo_ray` its `train`.
+OPENRLHF_MAIN = "openrlhf.cli.train_ppo_ray"
 
 
-#: True while `run_openrlhf_main` runs a main: a fork's own call of `after_parse` (without ``check_inputs``) then
-#: leaves the steps to the CLI's `train`, which runs them at the same place, with its own settings and its one-line
-#: refusals.
-_RUN_BY_CLI = contextvars.ContextVar("openrlhf_copo_run_by_cli", default=False)
+class ArgsRecorder:
+    """The `train` that `openrlhf_args` puts in OpenRLHF's main block: it keeps the args it is handed and returns.
+    `train(args)` is the block's last statement, so the block then ends, and nothing has trained."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, args) -> None:
+        self.calls.append(args)
 
 
-def _is_main_test(node) -> bool:
-    return (isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "__name__"
-            and len(node.comparators) == 1 and getattr(node.comparators[0], "value", None) == "__main__")
+def openrlhf_args(argv, prog: str):
+    """The arguments OpenRLHF's train_ppo_ray main hands to `train(args)` for ``argv``, after all its own adjustments
+    (an agent function's `remote_url = "agent"`, the split `remote_url`, a forced `packing_samples`, ...), parsed by
+    its parser with COPO's flags (`extend_openrlhf_parser`). An `assert` of that main that refuses the arguments
+    raises `DriverError` (one line); a bad flag or `--help` exits as argparse does.
 
-
-def _is_parse_args(node) -> bool:
-    return (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "parse_args")
+    Why OpenRLHF's main block is run: OpenRLHF builds its parser and adjusts the arguments in statements under
+    `if __name__ == "__main__":`, not in a function to call, and a copy of those ~570 lines would drift from the
+    installed openrlhf. The block runs compiled from its own source (`openrlhf_main_block`: its file and lines in
+    tracebacks) in a copy of the module's namespace, in one mode: its first part builds `parser`, COPO's flags are
+    added, and its second part parses, adjusts and calls `train(args)`, which here is an `ArgsRecorder`. So nothing
+    trains, no exception stops the block, and nothing of argparse or Ray is replaced for the process. A fork's block
+    (patches/) runs the same way: its `train_from_fork` hands the recorder the args."""
+    upstream = importlib.import_module(OPENRLHF_MAIN)
+    build_parser, parse_and_train = openrlhf_main_block(upstream)
+    namespace = dict(vars(upstream))
+    exec(build_parser, namespace)
+    parser = namespace["parser"]
+    parser.prog = prog
+    extend_openrlhf_parser(parser)
+    recorder = namespace["train"] = ArgsRecorder()
+    saved_argv, sys.argv = sys.argv, [prog, *argv]
+    try:
+        exec(parse_and_train, namespace)
+    except AssertionError as e:
+        raise DriverError(_openrlhf_refusal(e, namespace.get("args"), upstream.__file__)) from None
+    finally:
+        sys.argv = saved_argv
+    if len(recorder.calls) != 1:
+        raise DriverError(f"{upstream.__file__}: its main called train(args) {len(recorder.calls)} times, not once; "
+                          "openrlhf_copo cannot run this OpenRLHF's main")
+    return recorder.calls[0]
 
 
 def openrlhf_main_block(module):
@@ -236,52 +324,14 @@ def openrlhf_main_block(module):
     return compiled(body[:i]), compiled(body[i:])
 
 
-def run_openrlhf_main(argv, captured: dict, *, prog: str, stop_before_training: bool, warn=None) -> None:
-    """OpenRLHF's own train_ppo_ray main on ``argv``, with the steps of this module where they belong: the parser
-    step once OpenRLHF has built its parser; `after_parse` where its main calls `train(args)`, on the arguments as
-    OpenRLHF will use them (after its own adjustments: an agent function's `remote_url = "agent"`, the split
-    `remote_url`, a forced `packing_samples`, ...); `ray_init_kwargs` at the `ray.init` of its `train`.
+def _is_main_test(node) -> bool:
+    return (isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "__name__"
+            and len(node.comparators) == 1 and getattr(node.comparators[0], "value", None) == "__main__")
 
-    The main block runs in a copy of the module's namespace whose `train` is ours (`openrlhf_main_block`): nothing
-    of argparse or Ray is replaced for the process; `ray.init` is wrapped only while OpenRLHF's `train` runs.
-    ``captured`` receives the parser and, once `after_parse` passed, the args; with ``stop_before_training`` the run
-    stops there (`StopBeforeTraining`, caught here)."""
-    import importlib
 
-    upstream = importlib.import_module(OPENRLHF_MAIN)
-    build_parser, parse_and_train = openrlhf_main_block(upstream)
-    namespace = dict(vars(upstream))
-    exec(build_parser, namespace)
-    parser = namespace["parser"]
-    parser.prog = prog
-    extend_openrlhf_parser(parser)
-    captured["parser"] = parser
-
-    def train(args):  # where OpenRLHF's main hands over its final args
-        after_parse(args, check_inputs=not stop_before_training, warn=warn)
-        captured["args"] = args
-        if stop_before_training:
-            raise StopBeforeTraining()
-        with _ray_init_with_copo(args):
-            upstream.train(args)
-
-    namespace["train"] = train
-    token = _RUN_BY_CLI.set(True)
-    saved_argv = sys.argv
-    sys.argv = [prog, *argv]
-    try:
-        exec(parse_and_train, namespace)
-    except StopBeforeTraining:
-        pass
-    except AssertionError as e:
-        if "args" in captured:
-            raise  # from inside training: the run's own failure
-        raise DriverError(_openrlhf_refusal(e, namespace.get("args"), upstream.__file__)) from None
-    finally:
-        sys.argv = saved_argv
-        _RUN_BY_CLI.reset(token)
-    if "args" not in captured:
-        raise DriverError(f"{upstream.__file__}: its main returned without calling train(args)")
+def _is_parse_args(node) -> bool:
+    return (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "parse_args")
 
 
 def _openrlhf_refusal(error: AssertionError, args, main_file: str) -> str:
@@ -293,26 +343,3 @@ def _openrlhf_refusal(error: AssertionError, args, main_file: str) -> str:
         return problems[0]
     line = next((f.lineno for f in reversed(traceback.extract_tb(error.__traceback__)) if f.filename == main_file), "?")
     return f"OpenRLHF's train_ppo_ray refused the arguments ({main_file}:{line}): {error or 'assertion failed'}"
-
-
-#: OpenRLHF's train_ppo_ray module: its main block is run by `run_openrlhf_main`.
-OPENRLHF_MAIN = "openrlhf.cli.train_ppo_ray"
-
-
-@contextlib.contextmanager
-def _ray_init_with_copo(args):
-    """While OpenRLHF's `train(args)` runs: its `ray.init` gets `ray_init_kwargs` (unless a fork's own code already
-    added them, as its patch does: our worker hook is then in its runtime env)."""
-    import ray
-
-    original_init = ray.init
-
-    def init(*a, **kwargs):
-        hook = (kwargs.get("runtime_env") or {}).get("worker_process_setup_hook")
-        return original_init(*a, **(kwargs if hook == RAY_WORKER_SETUP_HOOK else ray_init_kwargs(args, kwargs)))
-
-    ray.init = init
-    try:
-        yield
-    finally:
-        ray.init = original_init

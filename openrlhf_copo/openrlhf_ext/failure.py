@@ -1,7 +1,7 @@
 """How a run that stops during training ends: one line saying what stopped it, then Ray shut down.
 
-The CLI (around OpenRLHF's main) and a fork carrying `patches/train_ppo_ray.patch` (through `driver.run_training`)
-both end through `end_run`, so a killed worker ends either on the same line, e.g.
+The CLI and a fork carrying `patches/train_ppo_ray.patch` both train through `driver.run_training`, which
+ends through `end_run`: a killed worker ends either on the same line, e.g.
 
     <prog>: error: training stopped: ActorDiedError: PolicyModelActor (pid 4242) died: its worker process has died
     (then RuntimeError: ...); checkpoints under /ckpt are as last saved: rerun the same command with
