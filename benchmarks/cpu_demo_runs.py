@@ -16,7 +16,6 @@ run's regime and how many runs rose, stayed within or fell by 2 paired standard 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil

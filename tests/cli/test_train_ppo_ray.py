@@ -5,7 +5,6 @@ import sys
 
 import pytest
 
-from openrlhf_copo.cli import train_ppo_ray as cli
 from openrlhf_copo.openrlhf_ext import runtime_patches
 from openrlhf_copo.openrlhf_ext.config import copo_settings
 from tests_support import copo_argv
