@@ -27,6 +27,7 @@ run on the CPU only (the tiny model in tests/test_compare.py, SmolLM2 in the ben
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -86,8 +87,11 @@ PAIRED = ["--copo.seeded_rollouts", "--copo.eval_after_train", "--copo.same_pipe
 #: What every method is compared with.
 BASELINE = "grpo"
 
-#: Two-sided 95% quantiles of Student's t by degrees of freedom (1-10); 1.96 beyond.
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+#: The differences a report sizes the seeds for (`--target_difference`): how many seeds each would need.
+TARGET_DIFFERENCES = (0.02, 0.05)
+
+#: The power at which a report states the smallest difference its seeds could detect (two-sided, 5% level).
+POWER = 0.8
 
 #: What the report reads of a run's first step: the regime it started in.
 FIRST_STEP_KEYS = ("copo_zero_std", "copo_all_incorrect", "copo_all_correct", "copo_signal_grpo", "copo_signal_copo",
@@ -129,29 +133,80 @@ def run_dir(out: Path, method: str, seed: int) -> Path:
     return out / f"{method}-seed{seed}"
 
 
-def train_file(setting: Setting, out: Path) -> Tuple[Path, int]:
-    """(the run's prompts, its number of OpenRLHF episodes): steps x prompts per step drawn in all, exactly (OpenRLHF's
-    --data.max_samples would also cap the held-out set). One pass over the file's first rows when it holds that many;
-    else as many passes (episodes, each reshuffled by OpenRLHF) as it takes, the fewest that divide the steps, each
-    over the same first steps / episodes x prompts per step rows. The given file when it is exactly one pass, else
-    its first rows, written once under ``out``."""
+def _sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def prompt_plan(setting: Setting, out: Path) -> dict:
+    """What a run's prompts will be, without writing anything: steps x prompts per step drawn in all, exactly, from
+    as many distinct prompts as the file and the steps allow (min(rows, steps x P)), in whole steps.
+
+    - Whole passes (OpenRLHF episodes, each reshuffled by --train.seed) when some number of them uses that many
+      prompts: one pass over the file's first steps x P rows when it holds that many; else e passes over its first
+      steps / e x P rows, the fewest e that divide the steps, when those rows are all of it.
+    - Otherwise one episode over a file of steps x P rows: every row of the source floor(steps x P / rows) times and
+      the remainder once more (the first rows of a fixed shuffle, seed 0), which OpenRLHF shuffles by --train.seed
+      like any file. Whole passes over fewer rows (the tool's rule until issue 49) trained 60 steps of 512 on 15,360 of
+      DAPO-Math-17k's 17,398 prompts, 35 steps on 3,584 and 61 steps on 512; OpenRLHF trains a partial last batch
+      of an episode as a smaller step, so a file that is not a multiple of P is no answer, and it has no flag that
+      stops after a given step.
+
+    Every run of a comparison gets the same file, so every run of a seed draws the same prompts in the same order.
+    Returned: the source's rows, the distinct prompts, the rows drawn, the passes (drawn / distinct), the episodes,
+    the layout, and the file the run trains on: the source itself when it is exactly that, else a file under ``out``
+    named by the sha256 of the source's bytes and the layout (a rerun with other data never reuses an old cut)."""
     from openrlhf_copo.files import jsonl_rows
 
-    P, steps = setting.prompts_per_step, setting.steps
-    have = sum(1 for _ in jsonl_rows(Path(setting.train)))
+    P, steps, source = setting.prompts_per_step, setting.steps, Path(setting.train)
+    have = sum(1 for _ in jsonl_rows(source))
     if have < P:
-        raise SystemExit(f"{setting.train}: {have} prompts, fewer than --prompts_per_step {P}")
-    episodes = next(e for e in range(-(-steps * P // have), steps + 1) if steps % e == 0)
-    need = steps // episodes * P
-    if have == need:
-        return Path(setting.train), episodes
-    cut = out / f"train-first{need}.jsonl"
+        raise SystemExit(f"{source}: {have} prompts, fewer than --prompts_per_step {P}")
+    drawn = steps * P
+    distinct = min(have, drawn)
+    episodes = next(e for e in range(-(-drawn // have), steps + 1) if steps % e == 0)
+    if steps // episodes * P == distinct:
+        layout, rows, file_rows = "first", distinct, distinct
+    else:
+        layout, rows, episodes, file_rows = "passes", have, 1, drawn
+    plan = {"source_rows": have, "distinct": distinct, "drawn": drawn, "passes": drawn / distinct,
+            "episodes": episodes, "layout": layout, "file_rows": file_rows}
+    if layout == "first" and rows == have:
+        return {**plan, "file": str(source)}
+    key = hashlib.sha256(f"{_sha256(source)} {layout} {file_rows}".encode()).hexdigest()[:16]
+    return {**plan, "file": str(Path(out) / f"train-{file_rows}rows-{key}.jsonl")}
+
+
+def _plan_rows(plan: dict, source: Path):
+    """The rows of a plan's file, in order: the source's first rows, or whole passes then the remainder."""
+    import random
+
+    from openrlhf_copo.files import jsonl_rows
+
+    rows = [row for _, (_, row) in zip(range(plan["file_rows"]), jsonl_rows(source))]
+    if plan["layout"] == "first":
+        return rows
+    whole, extra = divmod(plan["file_rows"], len(rows))
+    again = list(range(len(rows)))
+    random.Random(0).shuffle(again)
+    return rows * whole + [rows[i] for i in sorted(again[:extra])]
+
+
+def train_file(setting: Setting, out: Path) -> Tuple[Path, int]:
+    """(the run's prompts, its number of OpenRLHF episodes), as `prompt_plan` lays them out: the given file when it
+    is exactly that, else a file written once under ``out``, named by the source's content. OpenRLHF's
+    --data.max_samples would also cap the held-out set, so the tool writes the file instead."""
+    plan = prompt_plan(setting, out)
+    cut = Path(plan["file"])
     if not cut.exists():
-        out.mkdir(parents=True, exist_ok=True)
-        rows = (json.dumps(row) + "\n" for n, (_, row) in zip(range(need), jsonl_rows(Path(setting.train))))
+        cut.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(cut) as tmp:
-            tmp.write_text("".join(rows))
-    return cut, episodes
+            tmp.write_text("".join(json.dumps(row) + "\n" for row in _plan_rows(plan, Path(setting.train))))
+    return cut, plan["episodes"]
 
 
 def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: Path, step0: bool,
@@ -180,6 +235,108 @@ def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: P
     if not step0:  # the step-0 evaluation is the same model on the same prompts: made once per seed
         argv = [a for a in argv if a != "--copo.eval_before_train"]
     return argv
+
+
+#: The train_ppo_ray flags that the tool sets from its own flags (`run_argv`), with the tool's flag that sets each:
+#: given after --, one would override what the report records. (The tool's other settings, such as no KL or one
+#: optimizer step per rollout batch, are defaults that the flags after -- may change.)
+TOOL_FLAGS = {"--actor.model_name_or_path": "--model/--start_checkpoint", "--reward.remote_url": "--reward",
+              "--data.prompt_dataset": "--train_data", "--data.input_key": "--input_key",
+              "--data.label_key": "--label_key", "--rollout.batch_size": "--prompts_per_step",
+              "--rollout.n_samples_per_prompt": "--samples_per_prompt", "--eval.dataset": "--eval_data",
+              "--eval.steps": "--eval_every", "--actor.adam.lr": "--lr", "--train.num_episodes": "--steps",
+              "--train.seed": "--seeds", "--copo.device": "--device", "--copo.metrics_file": "--out",
+              "--data.max_samples": "--steps x --prompts_per_step (the prompt file the tool writes)"}
+
+
+@functools.lru_cache(maxsize=1)
+def _openrlhf_parser():
+    """train_ppo_ray's parser with COPO's flags (`driver.openrlhf_main_block`, as `driver.openrlhf_args` builds it),
+    to read a command line as train_ppo_ray will: aliases (--advantage_estimator), abbreviations, --flag=value."""
+    import importlib
+
+    from openrlhf_copo.openrlhf_ext import driver
+    from openrlhf_copo.openrlhf_ext.config import extend_openrlhf_parser
+
+    upstream = importlib.import_module(driver.OPENRLHF_MAIN)
+    build_parser, _ = driver.openrlhf_main_block(upstream)
+    namespace = dict(vars(upstream))
+    exec(build_parser, namespace)
+    extend_openrlhf_parser(namespace["parser"])
+    return namespace["parser"]
+
+
+def _flags(argv: Sequence[str]) -> Dict[str, Tuple[str, List[str], list]]:
+    """{dest: (the flag as written, its values, its values as train_ppo_ray types them)} of a train_ppo_ray command
+    line, the last occurrence winning as in argparse: `--flag=value` and `--flag v1 v2` alike, an alias or an
+    unambiguous abbreviation under its dest. A flag train_ppo_ray does not know is left out (train_ppo_ray refuses
+    it)."""
+    parser = _openrlhf_parser()
+    known = parser._option_string_actions
+    found: Dict[str, Tuple[str, List[str], list]] = {}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if not token.startswith("--") or token == "--":
+            continue
+        name, eq, value = token.partition("=")
+        values = [value] if eq else []
+        while not eq and i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
+            i += 1
+        prefixed = {id(a): a for s, a in known.items() if s.startswith(name)} if parser.allow_abbrev else {}
+        action = known.get(name) or (next(iter(prefixed.values())) if len(prefixed) == 1 else None)
+        if action is not None:
+            found[action.dest] = (name, values, [action.type(v) if callable(action.type) else v for v in values])
+    return found
+
+
+def _written(flag: Tuple[str, List[str], list]) -> str:
+    return " ".join([flag[0], *flag[1]])
+
+
+def extra_conflicts(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path) -> List[str]:
+    """The flags after -- (``setting.extra``) that would change what a method, the paired flags (`PAIRED`) or the
+    tool's own flags (`TOOL_FLAGS`) set in some run, one line each naming both: `copo_selective_rho04 ... --
+    --copo.rho 1.5` would train at rho 1.5 and be reported as rho 0.4. A flag that one of the methods sets is refused
+    when it would change any method's run (given after --, it reaches them all); one that the tool sets is kept when
+    it has the very value the tool gives it (the CPU presets repeat --train.num_episodes 1)."""
+    if not setting.extra:
+        return []
+    extra = _flags(setting.extra)
+    plan = prompt_plan(setting, out)
+    plain = Setting(**{**setting.__dict__, "extra": []})
+    by_method = {m: _flags(METHODS[m]) for m in methods}
+    paired, tool = _flags(PAIRED), _flags(list(TOOL_FLAGS))
+    found = []
+    for method in methods:
+        for seed in seeds:
+            own = _flags(run_argv(plain, method, seed, run_dir(out, method, seed), Path(plan["file"]), False,
+                                  plan["episodes"]))
+            for dest, flag in extra.items():
+                if dest in own and own[dest][2] == flag[2]:
+                    continue  # the value this run has anyway
+                owner = method if dest in by_method[method] else next((m for m in methods if dest in by_method[m]),
+                                                                     None)
+                if owner and owner != method:
+                    found.append(f"{_written(flag)} is method {owner}'s flag ({_written(by_method[owner][dest])}): "
+                                 f"after -- it would reach the {method} runs too")
+                elif owner or dest in paired:
+                    found.append(f"{_written(flag)} would override {'method ' + owner if owner else 'the paired flags'}"
+                                 f", which set{'s' if owner else ''} {_written(own[dest])}")
+                elif dest in tool:
+                    found.append(f"{_written(flag)} would override the tool's {TOOL_FLAGS[tool[dest][0]]}"
+                                 + (f", which sets {_written(own[dest])}" if dest in own else ""))
+    return list(dict.fromkeys(found))
+
+
+def check_extra(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path) -> None:
+    """Refuses, before any run starts, flags after -- that would redefine a method or a setting (`extra_conflicts`)."""
+    found = extra_conflicts(setting, methods, seeds, out)
+    if found:
+        raise SystemExit(f"the flags after --: {'; '.join(found)}. Drop them, or use the tool's own flag or a method "
+                         "that sets it (--methods)")
 
 
 def start_fingerprint(start: str) -> str:
@@ -267,7 +424,7 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
     if rc != 0:
         raise SystemExit(f"[{method} seed {seed}] failed (exit {rc}); log: {directory / 'train.log'}")
     info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1), "settings": settings,
-            "method_flags": METHODS[method], "episodes": episodes}
+            "method_flags": METHODS[method], "episodes": episodes, "prompts": prompt_plan(setting, out)}
     if setting.start:
         info["start_sha256"] = start_fingerprint(setting.start)
     marker.write_text(json.dumps(info))
@@ -281,6 +438,7 @@ def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise SystemExit(f"unknown method(s) {unknown}: choose from {', '.join(METHODS)}")
+    check_extra(setting, methods, seeds, out)
     plan = [(m, s, i == 0) for s in seeds for i, m in enumerate(methods)]
     infos = []
     for method, seed, step0 in tqdm(plan, desc="runs", unit="run"):
@@ -292,6 +450,89 @@ def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out:
         tqdm.write(f"[{method} seed {seed}] " + (f"kept: finished before ({minutes:.1f} min then)" if kept
                                                  else f"done in {minutes:.1f} min"))
     return infos
+
+
+#: docs/gpu-recipe.md's cost of one step for Qwen2.5-3B (an estimate, not measured): about 0.2 GPU-hours for 512
+#: prompts x 6 responses of ~800 tokens (training at 40% of an H100's bf16 peak, ~10k generated tokens a second per
+#: H100, weight sync and the evaluation during training). A plan scales it by the responses a step generates.
+RECIPE_STEP = {"gpu_hours": 0.2, "responses": 512 * 6, "model": "Qwen2.5-3B", "response_tokens": 800}
+
+
+def held_out_sources(test) -> Dict[str, Optional[int]]:
+    """{source: held-out prompts} of ``test`` (a file, or comma-separated files, as --eval.dataset takes them), by
+    each row's ``datasource`` ("default" where it has none), which is how OpenRLHF 0.11.2 splits its evaluation
+    (PromptDataset; compute_eval_metrics). A name that is no local file (a hub data set) gives {name: None}."""
+    from openrlhf_copo.files import jsonl_rows
+
+    sources: Dict[str, Optional[int]] = {}
+    for name in str(test).split(","):
+        if not Path(name).is_file():
+            sources[name] = None
+            continue
+        for _, row in jsonl_rows(Path(name)):
+            source = str(row.get("datasource", "default"))
+            sources[source] = (sources.get(source) or 0) + 1
+    return sources
+
+
+def evaluations(setting: Setting, step0: bool) -> List[int]:
+    """The steps at which a run evaluates: 0 when it makes its seed's step-0 evaluation, every --eval_every steps
+    (OpenRLHF's global_step % eval.steps), and the last step (--copo.eval_after_train) when that is not one of them."""
+    steps = list(range(setting.eval_every, setting.steps + 1, setting.eval_every))
+    return ([0] if step0 else []) + steps + ([setting.steps] if setting.steps not in steps else [])
+
+
+def plan(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path) -> dict:
+    """What `run_all` would do, reading the data files and writing nothing: every run's full train_ppo_ray command
+    (and whether a finished run under ``out`` would be kept), the prompts each run draws (`prompt_plan`), the
+    held-out sources and their sizes, the evaluations, and the cost at docs/gpu-recipe.md's rate (`RECIPE_STEP`).
+    Refuses what `run_all` refuses (unknown methods, flags after -- that redefine one: `check_extra`)."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise SystemExit(f"unknown method(s) {unknown}: choose from {', '.join(METHODS)}")
+    check_extra(setting, methods, seeds, out)
+    prompts = prompt_plan(setting, out)
+    runs = []
+    for seed in seeds:
+        for i, method in enumerate(methods):
+            directory = run_dir(out, method, seed)
+            argv = run_argv(setting, method, seed, directory, Path(prompts["file"]), i == 0, prompts["episodes"])
+            runs.append({"method": method, "seed": seed, "step0": i == 0, "kept": is_finished(directory),
+                         "evaluations": evaluations(setting, i == 0),
+                         "argv": [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv]})
+    responses = setting.steps * setting.prompts_per_step * setting.samples_per_prompt
+    new = sum(not r["kept"] for r in runs)
+    cost = {"responses_per_run": responses, "runs_to_make": new,
+            "gpu_hours": new * responses * RECIPE_STEP["gpu_hours"] / RECIPE_STEP["responses"], "rate": RECIPE_STEP}
+    return {"out": str(out), "prompts": prompts, "held_out": held_out_sources(setting.test), "runs": runs,
+            "cost": cost}
+
+
+def plan_text(p: dict) -> str:
+    """A plan (`plan`) as a user reads it before paying for it."""
+    import shlex
+
+    prompts, cost, rate = p["prompts"], p["cost"], p["cost"]["rate"]
+    held = ", ".join(f"{s}: {n if n is not None else 'not a local file, size unknown'}"
+                     for s, n in p["held_out"].items())
+    lines = [f"Plan, nothing started: {len(p['runs'])} runs under {p['out']} ({cost['runs_to_make']} to make, "
+             f"{len(p['runs']) - cost['runs_to_make']} finished before and kept if their settings match).",
+             f"Prompts of every run: {prompts['drawn']:,} drawn (steps x prompts per step), {prompts['distinct']:,} "
+             f"distinct of the {prompts['source_rows']:,} in the file, {prompts['passes']:.2f} passes in "
+             f"{prompts['episodes']} OpenRLHF episode{'s' if prompts['episodes'] > 1 else ''}, from "
+             f"{prompts['file']}" + ("" if Path(prompts["file"]).exists() else " (written at the first run)") + ".",
+             f"Held-out prompts by datasource (OpenRLHF evaluates each apart; the report pools them too): {held}.",
+             f"Estimated cost: {cost['responses_per_run']:,} sampled responses a run (steps x prompts x G), about "
+             f"{cost['gpu_hours']:.1f} GPU-hours for the {cost['runs_to_make']} runs to make, at docs/gpu-recipe.md's "
+             f"estimate for {rate['model']} ({rate['gpu_hours']:g} GPU-hours a step of {rate['responses']:,} "
+             f"responses of ~{rate['response_tokens']} tokens; not measured; it scales with the responses, their "
+             "length and the model's size: 2-2.5x for 7B).", ""]
+    for r in p["runs"]:
+        what = "kept: finished before" if r["kept"] else (
+            "evaluates at steps " + ", ".join(map(str, r["evaluations"]))
+            + (" (0: the seed's step-0 evaluation, shared by its methods)" if r["step0"] else ""))
+        lines += [f"[{r['method']} seed {r['seed']}] {what}", "  " + shlex.join(r["argv"])]
+    return "\n".join(lines)
 
 
 def finished_runs(out: Path, methods: Optional[Sequence[str]] = None,
@@ -315,11 +556,90 @@ def mean_se(values: Sequence[float]) -> tuple:
     return m, math.sqrt(var / len(values))
 
 
-def paired_over_seeds(final: Dict[tuple, dict], a: str, b: str) -> Optional[dict]:
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta I_x(a, b), by its continued fraction (modified Lentz; Numerical Recipes'
+    betacf), on the side where it converges fast (x < (a + 1) / (a + b + 2)), by symmetry on the other: Student's t
+    distribution function without scipy, which the environment does not have."""
+    if x <= 0 or x >= 1:
+        return 0.0 if x <= 0 else 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _incomplete_beta(b, a, 1 - x)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 100_000):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    return front * h / a
+
+
+def t_cdf(t: float, dof: float) -> float:
+    """P(T <= t) for Student's t with ``dof`` degrees of freedom: 1 - I_{dof/(dof+t^2)}(dof/2, 1/2) / 2 for t > 0."""
+    tail = 0.5 * _incomplete_beta(dof / 2, 0.5, dof / (dof + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(p: float, dof: float) -> float:
+    """The ``p`` quantile of Student's t with ``dof`` degrees of freedom, exact to 1e-10 (bisection on `t_cdf`), for
+    any dof: a table that stops at 10 and uses 1.96 beyond makes a 12-seed interval 11% too narrow (2.201)."""
+    if not 0 < p < 1 or dof <= 0:
+        raise ValueError(f"t_quantile needs 0 < p < 1 and dof > 0, got p={p}, dof={dof}")
+    if p < 0.5:
+        return -t_quantile(1 - p, dof)
+    low, high = 0.0, 1.0
+    while t_cdf(high, dof) < p:
+        low, high = high, 2 * high
+    while high - low > 1e-10 * max(1.0, high):
+        mid = (low + high) / 2
+        low, high = (mid, high) if t_cdf(mid, dof) < p else (low, mid)
+    return (low + high) / 2
+
+
+def detectable(gains: Sequence[float], targets: Sequence[float] = TARGET_DIFFERENCES, power: float = POWER) -> dict:
+    """What seeds with these per-seed differences could tell apart, by the paired t-test over seeds (two-sided, 5%):
+    the SD of the per-seed differences; the half-width of the 95% interval (the smallest mean difference that these
+    seeds would call non-zero); the smallest true difference they would detect with probability ``power``,
+    (t_0.975 + t_power at n-1 dof) x SD / sqrt(n) (the usual shifted-t approximation of the non-central t); and for
+    each target difference the fewest seeds n that give that power at this SD. None where it cannot be said: one
+    seed has no spread, and a spread of 0 sizes nothing."""
+    n = len(gains)
+    if n < 2:
+        return {"seeds": n, "sd": None, "half_width95": None, "detectable": None, "power": power,
+                "seeds_for": {str(t): None for t in targets}}
+    sd = mean_se(gains)[1] * math.sqrt(n)
+
+    def reach(k: int) -> float:
+        return (t_quantile(0.975, k - 1) + t_quantile(power, k - 1)) * sd / math.sqrt(k)
+
+    def seeds_for(target: float) -> Optional[int]:
+        if sd == 0 or target <= 0:
+            return None
+        k = max(2, math.ceil(((1.959964 + 0.841621) * sd / target) ** 2))  # the normal answer: a lower bound
+        while reach(k) > target:
+            k += 1
+        return k
+
+    return {"seeds": n, "sd": sd, "half_width95": t_quantile(0.975, n - 1) * sd / math.sqrt(n),
+            "detectable": reach(n), "power": power, "seeds_for": {str(t): seeds_for(t) for t in targets}}
+
+
+def paired_over_seeds(final: Dict[tuple, dict], a: str, b: str,
+                      targets: Sequence[float] = TARGET_DIFFERENCES) -> Optional[dict]:
     """``a`` minus ``b`` at the final evaluation, over the seeds both ran: per seed the paired difference of the
-    per-prompt greedy verdicts (`evaluation.metrics.paired_difference`), then their mean with a 95% t-interval over
-    seeds (with one seed, the prompt-level interval of that seed). ``final``: (method, seed) -> an evaluation point
-    with its ``outcomes``."""
+    per-prompt greedy verdicts (`evaluation.metrics.paired_difference`), then their mean with a 95% interval and what
+    it is over (``over``): with two seeds or more, over seeds (Student's t at n-1 dof, training randomness included),
+    with what these seeds could detect and the seeds each of ``targets`` would need (`detectable`); with one seed,
+    over that seed's prompts (1.96 prompt-level SE: the held-out prompts' spread alone, none of the training's).
+    ``final``: (method, seed) -> an evaluation point with its ``outcomes``."""
     from openrlhf_copo.evaluation.metrics import paired_difference
 
     seeds = sorted(s for m, s in final if m == b and (a, s) in final)
@@ -327,9 +647,14 @@ def paired_over_seeds(final: Dict[tuple, dict], a: str, b: str) -> Optional[dict
                 for s in seeds]
     if not per_seed:
         return None
-    mean, se = mean_se([p["gain"] for p in per_seed])
-    half = T975.get(len(per_seed) - 1, 1.96) * se if len(per_seed) > 1 else 1.96 * per_seed[0]["se"]
-    return {"per_seed": per_seed, "mean": mean, "ci95": (mean - half, mean + half)}
+    gains = [p["gain"] for p in per_seed]
+    mean, se = mean_se(gains)
+    if len(per_seed) > 1:
+        half, over = t_quantile(0.975, len(per_seed) - 1) * se, "seeds"
+    else:
+        half, over = 1.96 * per_seed[0]["se"], "prompts (one seed)"
+    return {"per_seed": per_seed, "mean": mean, "ci95": (mean - half, mean + half), "over": over,
+            "detectable": detectable(gains, targets)}
 
 
 def _pooled(sources: Dict[str, dict]) -> dict:
@@ -400,46 +725,62 @@ def check_same_settings(out: Path, infos: List[dict]) -> Optional[dict]:
     return recorded[0]["settings"] if recorded else None
 
 
-def _summary(runs: List[dict], method: str, baseline: str, point) -> dict:
+def _summary(runs: List[dict], method: str, baseline: str, point, targets: Sequence[float]) -> dict:
     """A method's final greedy accuracy (mean, SE over seeds) and its paired difference from the baseline, from
     ``point(run)``: the final evaluation point of a run, pooled or of one source (None where it has none)."""
     final = {(r["method"], r["seed"]): point(r) for r in runs if point(r) and point(r)["outcomes"]}
     mine = [point(r) for r in runs if r["method"] == method and point(r)]
     return {"final": mean_se([p["greedy"] for p in mine]),
-            "minus_baseline": paired_over_seeds(final, method, baseline) if method != baseline else None,
+            "minus_baseline": paired_over_seeds(final, method, baseline, targets) if method != baseline else None,
             "prompts": len(mine[0]["outcomes"]) if mine and mine[0]["outcomes"] else None}
 
 
-def report(out: Path, infos: List[dict], baseline: str = BASELINE, samples_per_prompt: Optional[int] = None) -> dict:
-    """Per method: its runs' final greedy accuracy and its paired difference from ``baseline`` over seeds, pooled over
-    every held-out source (OpenRLHF splits evaluation by the rows' ``datasource``) and per source, and what its runs
-    saw at their first step (DAPO's from its filter, given ``samples_per_prompt``); and the settings the runs share."""
+def samples_per_prompt_of(out: Path, settings: Optional[dict], given: Optional[int]) -> Optional[int]:
+    """The G the runs were made with: their recorded one (done.json's settings), else ``given``; refused when both
+    are there and differ (a report that read DAPO's filter at another G would give shares above 1)."""
+    recorded = (settings or {}).get(FLAGS["samples_per_prompt"])
+    if recorded and given and recorded != given:
+        raise SystemExit(f"{out}: --samples_per_prompt {given}, but the runs there were made with {recorded}: leave "
+                         "it out, the report reads the runs' own")
+    return recorded or given
+
+
+def report(out: Path, infos: List[dict], baseline: str = BASELINE, samples_per_prompt: Optional[int] = None,
+           targets: Sequence[float] = TARGET_DIFFERENCES, left_out: Sequence[str] = ()) -> dict:
+    """Per method: its runs' final greedy accuracy and its paired difference from ``baseline`` (with what its interval
+    is over and what its seeds could detect), pooled over every held-out source (OpenRLHF splits evaluation by the
+    rows' ``datasource``) and per source, and what its runs saw at their first step (DAPO's from its filter, at the
+    runs' recorded G, else ``samples_per_prompt``); the settings the runs share, the prompts each run drew, and the
+    runs under ``out`` that were ``left_out`` (by --methods / --seeds)."""
     check_same_start(out, infos, baseline)
     settings = check_same_settings(out, infos)
+    G = samples_per_prompt_of(out, settings, samples_per_prompt)
     runs = [read_run(out, i) for i in infos]
-    if samples_per_prompt:
+    if G:
         for r in runs:
-            r["first_step"] = first_step_regime(r["first_step"], samples_per_prompt)
+            r["first_step"] = first_step_regime(r["first_step"], G)
     sources = sorted({s for r in runs if r["evals"] for s in r["evals"][-1]["sources"]})
     table = {}
     for method in dict.fromkeys(r["method"] for r in runs):
         mine = [r for r in runs if r["method"] == method and r["evals"]]
         table[method] = {
             "seeds": sorted(r["seed"] for r in mine),
-            **_summary(runs, method, baseline, lambda r: r["evals"][-1] if r["evals"] else None),
+            **_summary(runs, method, baseline, lambda r: r["evals"][-1] if r["evals"] else None, targets),
             "sources": {s: _summary(runs, method, baseline,
-                                    lambda r, s=s: r["evals"][-1]["sources"].get(s) if r["evals"] else None)
+                                    lambda r, s=s: r["evals"][-1]["sources"].get(s) if r["evals"] else None, targets)
                         for s in sources},
             "first_step": {k: mean_se([r["first_step"].get(k) if r["first_step"].get(k) is not None else float("nan")
                                        for r in mine])[0] for k in FIRST_STEP_KEYS},
             "machine_hours": sum(r["wall_seconds"] for r in mine) / 3600,
         }
-    return {"baseline": baseline, "sources": sources, "settings": settings, "table": table}
+    prompts = next((i["prompts"] for i in infos if "prompts" in i), None)
+    return {"baseline": baseline, "sources": sources, "settings": settings, "samples_per_prompt": G,
+            "prompts": prompts, "targets": list(targets), "left_out": list(left_out), "table": table}
 
 
 def _cell(method: str, base: str, diff: Optional[dict]) -> str:
     return ("(baseline)" if method == base else "-" if diff is None else
-            f"{diff['mean']:+.3f} [{diff['ci95'][0]:+.3f}, {diff['ci95'][1]:+.3f}]")
+            f"{diff['mean']:+.3f} [{diff['ci95'][0]:+.3f}, {diff['ci95'][1]:+.3f}] over {diff['over']}")
 
 
 def _final(final: tuple) -> str:
@@ -447,11 +788,46 @@ def _final(final: tuple) -> str:
     return f"{m:.3f}" if se != se else f"{m:.3f} +- {se:.3f}"  # one seed: no spread to show
 
 
+def _prompts_line(prompts: Optional[dict]) -> List[str]:
+    """What each run trained on, in words (`prompt_plan`), or nothing for runs that did not record it."""
+    if not prompts:
+        return []
+    return [f"Training prompts of every run: {prompts['drawn']:,} drawn, {prompts['distinct']:,} distinct of the "
+            f"file's {prompts['source_rows']:,} ({prompts['passes']:.2f} passes; {prompts['episodes']} OpenRLHF "
+            f"episode{'s' if prompts['episodes'] > 1 else ''}).", ""]
+
+
+def _detectable_table(result: dict) -> List[str]:
+    """Per method: what its seeds could detect and how many seeds each target difference would need (`detectable`)."""
+    base, targets = result["baseline"], result.get("targets", TARGET_DIFFERENCES)
+    rows = [(m, row["minus_baseline"]["detectable"]) for m, row in result["table"].items()
+            if row["minus_baseline"] and "detectable" in row["minus_baseline"]]
+    if not rows:
+        return []
+
+    def num(v, fmt="{:.3f}"):
+        return "-" if v is None else fmt.format(v)
+
+    lines = ["", f"What the seeds can tell (minus {base}, pooled; two-sided paired t-test over seeds at 5%, from the "
+             "SD of the per-seed differences): the 95% interval's half-width (the smallest observed difference these "
+             f"seeds call non-zero), the smallest true difference they detect with {POWER:.0%} power, and the seeds "
+             "a true difference would need at this SD. One seed has no spread over seeds: none of it can be said.",
+             "", "| method | seeds | SD of per-seed difference | 95% half-width | detectable at "
+             f"{POWER:.0%} power | " + " | ".join(f"seeds for {t:g}" for t in targets) + " |",
+             "|---|---|---|---|---|" + "---|" * len(targets)]
+    for method, d in rows:
+        need = [num(d["seeds_for"].get(str(t)), "{}") for t in targets]
+        lines.append(f"| {method} | {d['seeds']} | {num(d['sd'])} | {num(d['half_width95'])} | "
+                     f"{num(d['detectable'])} | " + " | ".join(need) + " |")
+    return lines
+
+
 def markdown(result: dict) -> str:
     """The report as a table, one row per method (pooled over the held-out sources), then, with more than one
-    source, one row per method and source."""
+    source, one row per method and source; each interval says what it is over (seeds, or one seed's prompts); then
+    what the seeds can detect, the training prompts, and the runs left out."""
     base = result["baseline"]
-    lines = [f"| method | seeds | final greedy (mean +- SE) | minus {base}, paired (95% CI over seeds) | "
+    lines = [f"| method | seeds | final greedy (mean +- SE) | minus {base}, paired (95% CI, and what it is over) | "
              "zero-variance groups at step 1 | all-incorrect | responses with a gradient | machine-hours |",
              "|---|---|---|---|---|---|---|---|"]
 
@@ -474,4 +850,7 @@ def markdown(result: dict) -> str:
             for source, cell in row["sources"].items():
                 lines.append(f"| {method} | {source} | {cell['prompts'] or '-'} | {_final(cell['final'])} | "
                              f"{_cell(method, base, cell['minus_baseline'])} |")
+    lines = _prompts_line(result.get("prompts")) + lines + _detectable_table(result)
+    if result.get("left_out"):
+        lines += ["", f"Left out by --methods / --seeds: {', '.join(result['left_out'])}."]
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """`openrlhf_copo.compare`: each run's command line, the prompts it trains on, and the paired report, on small
 files written here (the whole tool through the real pipeline: tests/e2e/test_compare_cpu.py)."""
 
+import collections
 import json
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def setting(tmp_path, **kw):
 
 def test_each_run_is_the_method_the_paired_flags_the_setting_then_the_users_flags(load_args, tmp_path):
     s = setting(tmp_path, samples_per_prompt=6, prompts_per_step=8, steps=3, lr=2e-6, eval_every=2,
-                start=str(tmp_path / "plateau-start"), extra=["--rollout.max_new_tokens", "512", "--actor.adam.lr", "5e-7"])
+                start=str(tmp_path / "plateau-start"), extra=["--rollout.max_new_tokens", "512", "--train.max_epochs", "2"])
     argv = compare.run_argv(s, "ngrpo", 3, tmp_path / "ngrpo-seed3", tmp_path / "train.jsonl", step0=True)
     a = load_args(argv)
     assert a.algo.advantage.estimator == "ngrpo" and tuple(a.actor.eps_clip_low_high) == (0.16, 0.24)
@@ -37,7 +38,7 @@ def test_each_run_is_the_method_the_paired_flags_the_setting_then_the_users_flag
     assert a.copo.eval_greedy and a.copo.eval_before_train and a.train.seed == 3
     assert a.actor.model_name_or_path == str(tmp_path / "plateau-start")  # the start checkpoint, not the model
     assert (a.rollout.batch_size, a.rollout.n_samples_per_prompt, a.train.batch_size) == (8, 6, 48)
-    assert a.rollout.max_new_tokens == 512 and a.actor.adam.lr == 5e-7  # the user's flags win
+    assert a.rollout.max_new_tokens == 512 and a.train.max_epochs == 2  # the user's flags win over the defaults
     assert a.copo.metrics_file == str(tmp_path / "ngrpo-seed3" / "metrics.jsonl")
     assert a.ckpt.save_steps == -1 and Path(a.ckpt.output_dir).parent.name == "scratch"
     later = load_args(compare.run_argv(s, "dapo", 3, tmp_path / "dapo-seed3", tmp_path / "train.jsonl", step0=False))
@@ -57,18 +58,71 @@ def test_the_runs_train_on_exactly_their_prompts(tmp_path):
         compare.train_file(setting(tmp_path, prompts_per_step=11, steps=1), tmp_path / "out")
 
 
-def test_more_steps_than_one_pass_over_the_prompts_are_openrlhf_episodes(tmp_path, load_args):
-    """As OpenRLHF's episodes: 12 steps x 3 prompts from 10 prompts are 4 passes (the fewest that divide the steps
-    and fit: 36 / 10 -> 4) of 3 steps over the first 9 prompts; 5 steps of 3 are 5 passes of 1 step over 3 prompts."""
+def test_whole_passes_that_use_every_prompt_stay_openrlhf_episodes_over_the_same_file(tmp_path, load_args):
+    """Where whole passes use every prompt the data and the steps allow, a run is OpenRLHF episodes as before issue
+    49, byte for byte: 4 steps of 5 from 10 prompts are 2 passes over the given file, 15 steps of 2 are 3; 2 steps
+    of 4 from 10 are one pass over the first 8. (6 steps of 3 were 2 passes over the first 9: now all 10 are drawn.)"""
+    rows = [{"prompt": f"q{i}", "label": str(i)} for i in range(10)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = setting(tmp_path, prompts_per_step=5, steps=4)
+    assert compare.train_file(s, tmp_path / "out") == (tmp_path / "train.jsonl", 2)
+    args = load_args(compare.run_argv(s, "copo", 0, tmp_path / "copo-seed0", tmp_path / "train.jsonl", True, 2))
+    assert (args.train.num_episodes, args.rollout.batch_size) == (2, 5)
+    assert compare.train_file(setting(tmp_path, prompts_per_step=2, steps=15), tmp_path / "out") == \
+        (tmp_path / "train.jsonl", 3)
+    cut, episodes = compare.train_file(setting(tmp_path, prompts_per_step=4, steps=2), tmp_path / "out")
+    assert cut.read_text() == "".join(json.dumps(r) + "\n" for r in rows[:8]) and episodes == 1
+    assert compare.prompt_plan(setting(tmp_path, prompts_per_step=3, steps=6), tmp_path / "out")["distinct"] == 10
+
+
+def test_more_steps_than_the_prompts_use_every_prompt_in_one_episode_of_whole_passes_and_a_partial_one(tmp_path):
+    """12 steps of 3 from 10 prompts: until issue 49, 4 passes over the first 9 prompts; now one episode over 36 rows,
+    every prompt 3 times and 6 of them (a fixed choice) a 4th: 10 distinct, 3.6 passes, whole steps only."""
     rows = [{"prompt": f"q{i}", "label": str(i)} for i in range(10)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     s = setting(tmp_path, prompts_per_step=3, steps=12)
     cut, episodes = compare.train_file(s, tmp_path / "out")
-    assert (len(cut.read_text().splitlines()), episodes) == (9, 4)
-    args = load_args(compare.run_argv(s, "copo", 0, tmp_path / "copo-seed0", cut, True, episodes))
-    assert (args.train.num_episodes, args.rollout.batch_size) == (4, 3)
-    cut, episodes = compare.train_file(setting(tmp_path, prompts_per_step=3, steps=5), tmp_path / "out5")
-    assert (len(cut.read_text().splitlines()), episodes) == (3, 5)
+    drawn = [json.loads(x)["prompt"] for x in cut.read_text().splitlines()]
+    assert (len(drawn), episodes, len(set(drawn))) == (36, 1, 10)
+    assert sorted(drawn.count(q) for q in set(drawn)) == [3] * 4 + [4] * 6
+    plan = compare.prompt_plan(s, tmp_path / "out")
+    assert {k: plan[k] for k in ("source_rows", "distinct", "drawn", "episodes")} == \
+        {"source_rows": 10, "distinct": 10, "drawn": 36, "episodes": 1}
+    assert plan["passes"] == pytest.approx(3.6)
+    assert compare.train_file(s, tmp_path / "again")[0].read_bytes() == cut.read_bytes()  # the same for every run
+
+
+@pytest.mark.parametrize("steps, old_distinct", [(60, 15_360), (35, 3_584), (61, 512)])
+def test_the_issues_numbers_every_prompt_of_dapo_math_17k_is_drawn(tmp_path, steps, old_distinct):
+    """Issue 49: 17,398 prompts, 512 per step. The fewest whole passes that divide the steps used 15,360 prompts at 60
+    steps, 3,584 at 35 and 512 at 61 (61 passes over the first 512). Now every run draws steps x 512 rows from all
+    17,398: 1.77, 1.03 and 1.80 passes, each prompt once or twice, in one episode."""
+    (tmp_path / "train.jsonl").write_text("".join(f'{{"prompt": "q{n}", "label": "{n}"}}\n' for n in range(17_398)))
+    s = setting(tmp_path, prompts_per_step=512, steps=steps)
+    plan = compare.prompt_plan(s, tmp_path / "out")
+    assert (plan["distinct"], plan["drawn"], plan["episodes"]) == (17_398, steps * 512, 1) and old_distinct < 17_398
+    assert plan["passes"] == pytest.approx(steps * 512 / 17_398)
+    cut, episodes = compare.train_file(s, tmp_path / "out")
+    drawn = [json.loads(x)["prompt"] for x in cut.read_text().splitlines()]
+    assert len(drawn) == steps * 512 and len(set(drawn)) == 17_398 and episodes == 1
+    assert max(collections.Counter(drawn).values()) == 2
+
+
+def test_a_rerun_with_other_training_data_gets_its_rows_not_a_stale_cut(tmp_path):
+    """The cut is named by the sha256 of its source's bytes and the layout: a rerun in the same --out with another
+    --train_data (or the same path rewritten) trains on the new rows; it was reused by its row count alone."""
+    for name, prefix in (("a.jsonl", "a"), ("b.jsonl", "b")):
+        (tmp_path / name).write_text("".join(f'{{"prompt": "{prefix}{n}", "label": "1"}}\n' for n in range(10)))
+    cut_a, _ = compare.train_file(compare.Setting(model="m", train=tmp_path / "a.jsonl", test=tmp_path / "t.jsonl",
+                                                  prompts_per_step=3, steps=2), tmp_path / "out")
+    cut_b, _ = compare.train_file(compare.Setting(model="m", train=tmp_path / "b.jsonl", test=tmp_path / "t.jsonl",
+                                                  prompts_per_step=3, steps=2), tmp_path / "out")
+    assert [json.loads(x)["prompt"] for x in cut_b.read_text().splitlines()] == [f"b{n}" for n in range(6)]
+    assert cut_a != cut_b and cut_a.read_text().startswith('{"prompt": "a0"')
+    (tmp_path / "a.jsonl").write_text("".join(f'{{"prompt": "c{n}", "label": "1"}}\n' for n in range(10)))
+    cut_c, _ = compare.train_file(compare.Setting(model="m", train=tmp_path / "a.jsonl", test=tmp_path / "t.jsonl",
+                                                  prompts_per_step=3, steps=2), tmp_path / "out")
+    assert cut_c.read_text().startswith('{"prompt": "c0"')
 
 
 def write_run(out: Path, method: str, seed: int, outcomes: str, first_step: dict, hours: float = 0.1) -> dict:
@@ -104,7 +158,8 @@ def test_the_report_pairs_each_method_with_grpo_prompt_by_prompt_and_over_seeds(
                                                                                      -0.25 + 1.96 * 0.25))
     text = compare.markdown(result)
     assert "| grpo | 2 | 0.375 +- 0.125 | (baseline) | 0.75 | 0.50 | 0.25 | 0.20 |" in text
-    assert "| copo | 2 | 0.625 +- 0.125 | +0.250 [+0.250, +0.250] | 0.50 |" in text
+    assert "| copo | 2 | 0.625 +- 0.125 | +0.250 [+0.250, +0.250] over seeds | 0.50 |" in text
+    assert "| ngrpo | 1 | 0.000 | -0.250 [-0.740, +0.240] over prompts (one seed) |" in text
 
 
 def test_a_start_is_fingerprinted_by_its_weights_and_a_report_refuses_to_pair_two_starts(tmp_path):
@@ -240,8 +295,9 @@ def test_the_cli_needs_model_and_data_only_to_run(tmp_path, capsys):
 
 def test_the_readme_example_fits_one_8_gpu_node_and_dapo_math_17k(tmp_path, load_args):
     """The README's command, as written there: one node of 8 GPUs shared by the actor and the vLLM engines
-    (colocated), and steps x prompts per step drawn from DAPO-Math-17k's ~17.4k distinct prompts in whole passes
-    (OpenRLHF episodes), not refused for having fewer prompts than 60 x 512."""
+    (colocated), and steps x prompts per step drawn from all of DAPO-Math-17k's ~17.4k distinct prompts (one episode
+    of 1.77 passes), not refused for having fewer prompts than 60 x 512; none of its flags after -- redefines a
+    method or a setting; its plan costs 4 runs x 60 steps x docs/gpu-recipe.md's 0.2 GPU-hours a step = 48."""
     import shlex
 
     from openrlhf_copo.cli import compare as cli
@@ -254,13 +310,16 @@ def test_the_readme_example_fits_one_8_gpu_node_and_dapo_math_17k(tmp_path, load
     args = cli.parser().parse_args(argv[:i])
     rows = [{"prompt": [{"role": "user", "content": f"q{n}"}], "label": str(n)} for n in range(17_398)]
     (tmp_path / "dapo.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "math500.jsonl").write_text('{"prompt": "p", "label": "1", "datasource": "math500"}\n' * 500)
     s = compare.Setting(model=args.model, train=tmp_path / "dapo.jsonl", test=tmp_path / "math500.jsonl",
                         samples_per_prompt=args.samples_per_prompt, prompts_per_step=args.prompts_per_step,
                         steps=args.steps, lr=args.lr, eval_every=args.eval_every, extra=argv[i + 1:])
     train, episodes = compare.train_file(s, tmp_path / "out")
-    passes = len(train.read_text().splitlines())
-    assert passes * episodes == args.steps * args.prompts_per_step and passes <= 17_398 and passes % 512 == 0
+    drawn = train.read_text().splitlines()
+    assert len(drawn) * episodes == args.steps * args.prompts_per_step and len(set(drawn)) == 17_398
     run = load_args(compare.run_argv(s, "copo", 0, tmp_path / "out" / "copo-seed0", train, True, episodes))
     assert run.train.colocate_all and run.actor.num_nodes * run.actor.num_gpus_per_node == 8
     assert run.vllm.num_engines * run.vllm.tensor_parallel_size == 8
     assert (run.rollout.batch_size, run.rollout.n_samples_per_prompt, run.actor.adam.lr) == (512, 6, 1e-6)
+    plan = compare.plan(s, ["grpo", "copo"], args.seeds, tmp_path / "plan")
+    assert plan["cost"]["gpu_hours"] == pytest.approx(48.0) and plan["held_out"] == {"math500": 500}

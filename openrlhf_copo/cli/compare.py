@@ -6,14 +6,19 @@
         --train.colocate_all --vllm.enable_sleep --ds.enable_sleep --actor.num_gpus_per_node 8 --vllm.num_engines 8
 
 Each (method, seed) is one `train_ppo_ray` run with the same flags but the method's (`openrlhf_copo.compare`);
-everything after `--` goes to every run as it is, and wins over the tool's own settings: no KL
-(--algo.kl.init_coef 0), OpenRLHF's token-mean loss, one optimizer step per rollout batch (--train.batch_size =
-prompts x G), a constant lr, no checkpoints kept. More steps than one pass over the prompts are OpenRLHF episodes.
-Runs are resumable: a finished run made with the same settings is kept, one made with others is refused, naming the
-flag. The report (`report.md`, `report.json` under --out, with the runs' settings) gives each method minus GRPO on
-the same held-out prompts, pooled and per source, per seed and over seeds with a 95% interval, and what each method's
-runs saw at their first step. Run on the CPU only so far (the tiny model in tests/test_compare.py); not on a GPU. The
-cost of a run at the paper's size: docs/gpu-recipe.md.
+everything after `--` goes to every run as it is, and wins over the tool's defaults: no KL (--algo.kl.init_coef 0),
+OpenRLHF's token-mean loss, one optimizer step per rollout batch (--train.batch_size = prompts x G), a constant lr,
+no checkpoints kept. A flag after `--` that would redefine a method (`--copo.rho` of copo_selective_rho04), the
+paired flags or one of the tool's own (`--rollout.n_samples_per_prompt` for --samples_per_prompt) is refused before
+any run starts. Every run draws steps x prompts per step prompts, from as many distinct ones as the data and the
+steps allow (`compare.prompt_plan`). `--dry_run` prints every run's command, the prompts and passes, the held-out
+sources and the estimated cost, and starts nothing. Runs are resumable: a finished run made with the same settings
+is kept, one made with others is refused, naming the flag. The report (`report.md`, `report.json` under --out, with
+the runs' settings and prompts) gives each method minus GRPO on the same held-out prompts, pooled and per source,
+per seed and with a 95% interval (over seeds, or over one seed's prompts: each says which), what the seeds could
+detect and how many seeds a difference would need, and what each method's runs saw at their first step.
+`--report_only` reports the finished runs under --out at their recorded settings. Run on the CPU only so far (the
+tiny model in tests/test_compare.py); not on a GPU. The cost of a run at the paper's size: docs/gpu-recipe.md.
 """
 
 from __future__ import annotations
@@ -27,30 +32,62 @@ from typing import List, Optional
 from openrlhf_copo import compare
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with each flag's default: argparse's, but where a flag's help says its default in words (a default
+    resolved when running, such as --methods), that text alone."""
+
+    def _get_help_string(self, action):
+        return action.help if "default:" in (action.help or "") else super()._get_help_string(action)
+
+
+#: The default methods and seeds of a run; --report_only reports what is there instead.
+METHODS, SEEDS = ["grpo", "copo"], [0, 1]
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m openrlhf_copo.cli.compare",
+    p = argparse.ArgumentParser(prog="python -m openrlhf_copo.cli.compare", formatter_class=_Help,
                                 description="Paired comparison of advantage methods (one train_ppo_ray run per "
-                                            "method and seed); flags after -- go to every run.")
+                                            "method and seed); flags after -- go to every run, and may not redefine "
+                                            "a method, the paired flags or one of this tool's own flags.")
     d = compare.Setting(model="", train=Path(), test=Path())
-    p.add_argument("--model", help="HF model folder or name (--actor.model_name_or_path); not with --report_only")
+    p.add_argument("--model", help="HF model folder or name (--actor.model_name_or_path) (default: none; needed to "
+                                   "run, not with --report_only)")
     p.add_argument("--start_checkpoint", default=None,
-                   help="an HF model folder to start every run from instead of --model (e.g. a policy trained before)")
-    p.add_argument("--train_data", type=Path, help="training prompts, JSON lines")
-    p.add_argument("--eval_data", type=Path, help="held-out prompts, JSON lines (their datasource: one report each)")
-    p.add_argument("--input_key", default=d.input_key)
-    p.add_argument("--label_key", default=d.label_key)
-    p.add_argument("--reward", default=d.reward, help="reward file (--reward.remote_url); default: math_reward.py")
-    p.add_argument("--methods", nargs="+", default=["grpo", "copo"], choices=list(compare.METHODS),
-                   help=f"the methods; each is compared with {compare.BASELINE} (run it too)")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="--train.seed of each run")
-    p.add_argument("--samples_per_prompt", type=int, default=d.samples_per_prompt, help="G")
-    p.add_argument("--prompts_per_step", type=int, default=d.prompts_per_step)
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--eval_every", type=int, default=d.eval_every)
+                   help="an HF model folder to start every run from instead of --model (e.g. a policy trained "
+                        "before) (default: --model)")
+    p.add_argument("--train_data", type=Path, help="training prompts, JSON lines (default: none; needed to run)")
+    p.add_argument("--eval_data", type=Path, help="held-out prompts, JSON lines, or several files comma-separated "
+                                                  "(their datasource: one report each) (default: none; needed to run)")
+    p.add_argument("--input_key", default=d.input_key, help="the prompt's key in the rows (--data.input_key)")
+    p.add_argument("--label_key", default=d.label_key, help="the answer's key in the rows (--data.label_key)")
+    p.add_argument("--reward", default=d.reward, help="reward file (--reward.remote_url)")
+    p.add_argument("--methods", nargs="+", default=None, choices=list(compare.METHODS), metavar="METHOD",
+                   help=f"the methods, each compared with {compare.BASELINE} (run it too): "
+                        f"{', '.join(compare.METHODS)} (default: {' '.join(METHODS)} when running; with "
+                        "--report_only, every method found under --out)")
+    p.add_argument("--seeds", nargs="+", type=int, default=None,
+                   help=f"--train.seed of each run (default: {' '.join(map(str, SEEDS))} when running; with "
+                        "--report_only, every seed found under --out)")
+    p.add_argument("--samples_per_prompt", type=int, default=None,
+                   help=f"G, responses per prompt (default: {d.samples_per_prompt} when running; with --report_only, "
+                        "the G the runs recorded)")
+    p.add_argument("--prompts_per_step", type=int, default=d.prompts_per_step, help="prompts per rollout batch, one "
+                                                                                      "optimizer step each")
+    p.add_argument("--steps", type=int, default=d.steps, help="training steps of every run (the prompts: see "
+                                                                "--dry_run)")
+    p.add_argument("--lr", type=float, default=d.lr, help="learning rate (--actor.adam.lr), constant")
+    p.add_argument("--eval_every", type=int, default=d.eval_every, help="held-out evaluation every N steps, and "
+                                                                          "after the last")
     p.add_argument("--device", default=d.device, choices=["auto", "cuda", "cpu"], help="--copo.device of every run")
-    p.add_argument("--out", type=Path, required=True, help="one folder per run, and the report")
-    p.add_argument("--report_only", action="store_true", help="run nothing: the report of the finished runs")
+    p.add_argument("--target_difference", nargs="+", type=float, default=list(compare.TARGET_DIFFERENCES),
+                   help="differences the report sizes the seeds for: how many seeds each would need at the runs' "
+                        "spread (default: " + " ".join(map(str, compare.TARGET_DIFFERENCES)) + ")")
+    p.add_argument("--out", type=Path, required=True, help="one folder per run, and the report (default: none; required)")
+    p.add_argument("--report_only", action="store_true", help="run nothing: the report of the finished runs under "
+                                                              "--out, made with their recorded settings")
+    p.add_argument("--dry_run", action="store_true", help="run nothing, write nothing: print every run's command, "
+                                                          "the prompts and passes, the held-out sources and the "
+                                                          "estimated cost")
     return p
 
 
@@ -61,33 +98,48 @@ def main(argv: Optional[List[str]] = None) -> int:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
     args = parser().parse_args(argv)
-    if compare.BASELINE not in args.methods:
+    if args.methods is not None and compare.BASELINE not in args.methods:
         parser().error(f"--methods must include {compare.BASELINE}: every method is compared with it")
-    # the baseline first: its run of each seed makes the seed's step-0 evaluation
-    methods = [compare.BASELINE] + [m for m in args.methods if m != compare.BASELINE]
     if args.report_only:
-        return write_report(args.out, compare.finished_runs(args.out, methods, args.seeds), methods,
-                            args.samples_per_prompt)
+        return report_only(args)
+    # the baseline first: its run of each seed makes the seed's step-0 evaluation
+    methods = [compare.BASELINE] + [m for m in args.methods or METHODS if m != compare.BASELINE]
+    seeds = args.seeds if args.seeds is not None else SEEDS
     missing = [f for f in ("--model", "--train_data", "--eval_data") if getattr(args, f[2:]) is None]
     if missing:
         parser().error(f"{', '.join(missing)} required to run (not with --report_only)")
     setting = compare.Setting(
         model=args.model, start=args.start_checkpoint, train=args.train_data, test=args.eval_data,
-        samples_per_prompt=args.samples_per_prompt, prompts_per_step=args.prompts_per_step, steps=args.steps,
-        lr=args.lr, eval_every=args.eval_every, reward=args.reward, input_key=args.input_key,
-        label_key=args.label_key, device=args.device, extra=extra)
-    return write_report(args.out, compare.run_all(setting, methods, args.seeds, args.out), methods,
-                        args.samples_per_prompt)
+        samples_per_prompt=args.samples_per_prompt or compare.Setting.samples_per_prompt,
+        prompts_per_step=args.prompts_per_step, steps=args.steps, lr=args.lr, eval_every=args.eval_every,
+        reward=args.reward, input_key=args.input_key, label_key=args.label_key, device=args.device, extra=extra)
+    if args.dry_run:
+        print(compare.plan_text(compare.plan(setting, methods, seeds, args.out)))
+        return 0
+    return write_report(args.out, compare.run_all(setting, methods, seeds, args.out), setting.samples_per_prompt,
+                        args.target_difference)
 
 
-def write_report(out: Path, infos: List[dict], methods: List[str], samples_per_prompt: int) -> int:
+def report_only(args) -> int:
+    """The report of the runs under --out, all of them unless --methods / --seeds pick some (the rest named as left
+    out), at the G they recorded."""
+    everything = compare.finished_runs(args.out)
+    chosen = compare.finished_runs(args.out, args.methods, args.seeds)
+    left_out = [compare.run_dir(args.out, i["method"], i["seed"]).name for i in everything if i not in chosen]
+    return write_report(args.out, chosen, args.samples_per_prompt, args.target_difference, left_out)
+
+
+def write_report(out: Path, infos: List[dict], samples_per_prompt: Optional[int],
+                 targets=compare.TARGET_DIFFERENCES, left_out: List[str] = ()) -> int:
     if not infos:
-        raise SystemExit(f"no finished run under {out}")
-    result = compare.report(out, infos, samples_per_prompt=samples_per_prompt)
+        raise SystemExit(f"no finished run under {out}" + (f" of these --methods / --seeds (there: "
+                                                           f"{', '.join(left_out)})" if left_out else ""))
+    result = compare.report(out, infos, samples_per_prompt=samples_per_prompt, targets=targets, left_out=left_out)
     text = compare.markdown(result)
+    flags = {i["method"]: i.get("method_flags", compare.METHODS.get(i["method"])) for i in infos}
     (out / "report.md").write_text(text + "\n")
-    (out / "report.json").write_text(json.dumps({"methods": {m: compare.METHODS[m] for m in methods},
-                                                 "paired_flags": compare.PAIRED, **result}, indent=1))
+    (out / "report.json").write_text(json.dumps({"methods": flags, "paired_flags": compare.PAIRED, **result},
+                                                indent=1))
     print(text)
     return 0
 
