@@ -266,14 +266,14 @@ def _openrlhf_parser():
     return namespace["parser"]
 
 
-def _flags(argv: Sequence[str]) -> Dict[str, Tuple[str, List[str], list]]:
-    """{dest: (the flag as written, its values, its values as train_ppo_ray types them)} of a train_ppo_ray command
+def _flags(argv: Sequence[str]) -> Dict[str, Tuple[str, list]]:
+    """{dest: (the flag and its values as written, the values as train_ppo_ray types them)} of a train_ppo_ray command
     line, the last occurrence winning as in argparse: `--flag=value` and `--flag v1 v2` alike, an alias or an
     unambiguous abbreviation under its dest. A flag train_ppo_ray does not know is left out (train_ppo_ray refuses
     it)."""
     parser = _openrlhf_parser()
     known = parser._option_string_actions
-    found: Dict[str, Tuple[str, List[str], list]] = {}
+    found: Dict[str, Tuple[str, list]] = {}
     i = 0
     while i < len(argv):
         token = argv[i]
@@ -288,12 +288,9 @@ def _flags(argv: Sequence[str]) -> Dict[str, Tuple[str, List[str], list]]:
         prefixed = {id(a): a for s, a in known.items() if s.startswith(name)} if parser.allow_abbrev else {}
         action = known.get(name) or (next(iter(prefixed.values())) if len(prefixed) == 1 else None)
         if action is not None:
-            found[action.dest] = (name, values, [action.type(v) if callable(action.type) else v for v in values])
+            found[action.dest] = (token if eq else " ".join([name, *values]),
+                                  [action.type(v) if callable(action.type) else v for v in values])
     return found
-
-
-def _written(flag: Tuple[str, List[str], list]) -> str:
-    return " ".join([flag[0], *flag[1]])
 
 
 def extra_conflicts(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path) -> List[str]:
@@ -315,19 +312,19 @@ def extra_conflicts(setting: Setting, methods: Sequence[str], seeds: Sequence[in
             own = _flags(run_argv(plain, method, seed, run_dir(out, method, seed), Path(plan["file"]), False,
                                   plan["episodes"]))
             for dest, flag in extra.items():
-                if dest in own and own[dest][2] == flag[2]:
+                if dest in own and own[dest][1] == flag[1]:
                     continue  # the value this run has anyway
                 owner = method if dest in by_method[method] else next((m for m in methods if dest in by_method[m]),
                                                                      None)
                 if owner and owner != method:
-                    found.append(f"{_written(flag)} is method {owner}'s flag ({_written(by_method[owner][dest])}): "
+                    found.append(f"{flag[0]} is method {owner}'s flag ({by_method[owner][dest][0]}): "
                                  f"after -- it would reach the {method} runs too")
                 elif owner or dest in paired:
-                    found.append(f"{_written(flag)} would override {'method ' + owner if owner else 'the paired flags'}"
-                                 f", which set{'s' if owner else ''} {_written(own[dest])}")
+                    found.append(f"{flag[0]} would override {'method ' + owner if owner else 'the paired flags'}"
+                                 f", which set{'s' if owner else ''} {own[dest][0]}")
                 elif dest in tool:
-                    found.append(f"{_written(flag)} would override the tool's {TOOL_FLAGS[tool[dest][0]]}"
-                                 + (f", which sets {_written(own[dest])}" if dest in own else ""))
+                    found.append(f"{flag[0]} would override the tool's {TOOL_FLAGS[tool[dest][0]]}"
+                                 + (f", which sets {own[dest][0]}" if dest in own else ""))
     return list(dict.fromkeys(found))
 
 

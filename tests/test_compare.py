@@ -323,3 +323,208 @@ def test_the_readme_example_fits_one_8_gpu_node_and_dapo_math_17k(tmp_path, load
     assert (run.rollout.batch_size, run.rollout.n_samples_per_prompt, run.actor.adam.lr) == (512, 6, 1e-6)
     plan = compare.plan(s, ["grpo", "copo"], args.seeds, tmp_path / "plan")
     assert plan["cost"]["gpu_hours"] == pytest.approx(48.0) and plan["held_out"] == {"math500": 500}
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 49: flags after -- that redefine a method, --report_only, the intervals, --dry_run, --help.
+
+
+def _data(tmp_path, rows: int = 10) -> None:
+    (tmp_path / "train.jsonl").write_text("".join(f'{{"prompt": "q{n}", "label": "1"}}\n' for n in range(rows)))
+    (tmp_path / "test.jsonl").write_text('{"prompt": "t", "label": "1"}\n' * 4)
+
+
+def test_flags_after_the_separator_may_not_redefine_a_method_the_tool_or_another_methods_run(tmp_path):
+    """`copo_selective_rho04 -- --copo.rho 1.5` trained at rho 1.5 and reported rho 0.4. Refused, naming both, in
+    any spelling train_ppo_ray reads (--flag=value, an alias, an abbreviation, several values); the same value the
+    method or the tool sets is harmless and kept; a flag of one method reaches the others' runs: refused."""
+    _data(tmp_path)
+
+    def conflicts(methods, *extra, seeds=(0,)):
+        s = setting(tmp_path, prompts_per_step=3, steps=2, extra=list(extra))
+        return compare.extra_conflicts(s, methods, list(seeds), tmp_path / "out")
+
+    assert conflicts(["copo_selective_rho04"], "--copo.rho", "1.5") == \
+        ["--copo.rho 1.5 would override method copo_selective_rho04, which sets --copo.rho 0.4"]
+    assert conflicts(["copo_selective_rho04"], "--copo.rho=1.5") == \
+        ["--copo.rho=1.5 would override method copo_selective_rho04, which sets --copo.rho 0.4"]
+    assert conflicts(["copo_selective_rho04"], "--copo.rho", "0.4") == []  # what the method sets anyway
+    for method, sets in (("ngrpo", "0.16 0.24"), ("rl_zvp", "0.2 0.28"), ("dapo", "0.2 0.28")):
+        assert conflicts([method], "--actor.eps_clip_low_high", "0.1", "0.3") == \
+            [f"--actor.eps_clip_low_high 0.1 0.3 would override method {method}, which sets "
+             f"--actor.eps_clip_low_high {sets}"]
+    assert conflicts(["grpo"], "--algo.advantage.estimator=group_norm") == \
+        ["--algo.advantage.estimator=group_norm would override method grpo, which sets --advantage_estimator copo"]
+    assert conflicts(["grpo", "copo"], "--copo.mode", "grpo") == \
+        ["--copo.mode grpo is method grpo's flag (--copo.mode grpo): after -- it would reach the copo runs too"]
+    assert conflicts(["grpo"], "--rollout.n_samples_per", "8") == \
+        ["--rollout.n_samples_per 8 would override the tool's --samples_per_prompt, which sets "
+         "--rollout.n_samples_per_prompt 6"]
+    assert conflicts(["grpo"], "--train.seed", "0", seeds=(0, 1)) == \
+        ["--train.seed 0 would override the tool's --seeds, which sets --train.seed 1"]
+    assert conflicts(["grpo"], "--data.max_samples", "6") == \
+        ["--data.max_samples 6 would override the tool's --steps x --prompts_per_step (the prompt file the tool "
+         "writes)"]
+    # the tool's defaults may change, and what every run has anyway is kept
+    assert conflicts(["grpo", "copo"], "--algo.kl.init_coef", "0.01", "--train.num_episodes", "1",
+                     "--copo.seeded_rollouts", "--copo.rho", "1.0") == []
+
+
+def test_the_cli_refuses_a_redefining_flag_before_any_run_starts(tmp_path):
+    from openrlhf_copo.cli import compare as cli
+
+    _data(tmp_path)
+    with pytest.raises(SystemExit, match=r"--copo.rho 1.5 would override method copo_selective_rho04, which sets "
+                                         r"--copo.rho 0.4"):
+        cli.main(["--model", "m", "--train_data", str(tmp_path / "train.jsonl"), "--eval_data",
+                  str(tmp_path / "test.jsonl"), "--methods", "grpo", "copo_selective_rho04", "--seeds", "0",
+                  "--prompts_per_step", "3", "--steps", "2", "--out", str(tmp_path / "out"), "--", "--copo.rho",
+                  "1.5"])
+    assert not list((tmp_path / "out").glob("*-seed*"))  # no run began
+
+
+def test_the_cpu_presets_pass_no_flag_that_redefines_a_method(tmp_path):
+    """The benchmark's presets (`job.compare_setting`: the demo's flags less the tool's) repeat only what the tool
+    sets anyway (--train.num_episodes 1): every method of the regimes' screen and of the learning curve runs."""
+    from openrlhf_copo.cpu_demo import job
+
+    _data(tmp_path, rows=12)
+    for G, overrides in ((6, {"--copo.eval_sampled_prompts": "48"}),
+                         (4, {"--ds.zero_stage": "2", "--train.micro_batch_size": "8"})):
+        s = job.compare_setting("model", tmp_path / "train.jsonl", tmp_path / "test.jsonl", 2, 2, G, overrides)
+        assert compare.extra_conflicts(s, list(compare.METHODS), [0, 1], tmp_path / "out") == []
+
+
+def write_recorded(out: Path, method: str, seed: int, outcomes: str, first: dict, settings: dict) -> None:
+    d = compare.run_dir(out, method, seed)
+    d.mkdir(parents=True)
+    rows = [{"step": 1, **first}, {"step": 1, "eval": 1, "eval_x_greedy": outcomes.count("1") / len(outcomes),
+                                   "eval_x_greedy_outcomes": outcomes}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "done.json").write_text(json.dumps({"method": method, "seed": seed, "wall_seconds": 60.0,
+                                             "settings": settings}))
+
+
+def test_report_only_reports_every_run_there_at_its_recorded_g_and_names_what_a_filter_leaves_out(tmp_path, capsys):
+    """3 methods x 3 seeds made at G = 16: --report_only alone reported grpo and copo of seeds 0 and 1 (the run
+    defaults) and read DAPO's filter at G = 6 (a share of 1.33). Now all 9 runs at G = 16: 480 / (100 x 16) = 0.3;
+    --methods / --seeds filter and the report names the runs they left out."""
+    from openrlhf_copo.cli import compare as cli
+
+    settings = {"--samples_per_prompt": 16, "--steps": 60, "the flags after --": []}
+    for seed in range(3):
+        write_recorded(tmp_path, "grpo", seed, "1000", {"copo_zero_std": 0.5}, settings)
+        write_recorded(tmp_path, "copo", seed, "1100", {"copo_zero_std": 0.5}, settings)
+        write_recorded(tmp_path, "dapo", seed, "1010", {"dynamic_filtering_pass_rate": 480.0}, settings)
+    assert cli.main(["--report_only", "--out", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert {m: row["seeds"] for m, row in saved["table"].items()} == {m: [0, 1, 2] for m in ("grpo", "copo", "dapo")}
+    assert saved["samples_per_prompt"] == 16 and saved["left_out"] == []
+    assert saved["table"]["dapo"]["first_step"]["copo_signal_copo"] == pytest.approx(0.3)
+    assert cli.main(["--report_only", "--out", str(tmp_path), "--methods", "grpo", "copo", "--seeds", "0", "1"]) == 0
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert list(saved["table"]) == ["grpo", "copo"] and saved["table"]["copo"]["seeds"] == [0, 1]
+    assert sorted(saved["left_out"]) == ["copo-seed2", "dapo-seed0", "dapo-seed1", "dapo-seed2", "grpo-seed2"]
+    assert "Left out by --methods / --seeds: " in (tmp_path / "report.md").read_text()
+    with pytest.raises(SystemExit, match="--samples_per_prompt 6, but the runs there were made with 16"):
+        cli.main(["--report_only", "--out", str(tmp_path), "--samples_per_prompt", "6"])
+
+
+@pytest.mark.parametrize("dof, quantile", [(1, 12.7062), (2, 4.3027), (3, 3.1824), (10, 2.2281), (11, 2.2010),
+                                           (50, 2.0086), (1000, 1.9623)])
+def test_the_t_quantiles_are_exact_for_any_number_of_seeds(dof, quantile):
+    """Student's t, two-sided 95% (the 0.975 quantile), against the published tables; the old table stopped at 10 dof
+    and used 1.96 beyond (11 dof: 2.201, the interval 11% too narrow). And the 0.8 quantile (power): 0.8791 at 10."""
+    assert compare.t_quantile(0.975, dof) == pytest.approx(quantile, abs=1e-4)
+    assert compare.t_cdf(compare.t_quantile(0.975, dof), dof) == pytest.approx(0.975, abs=1e-9)
+    assert compare.t_quantile(0.8, 10) == pytest.approx(0.8791, abs=1e-4)
+
+
+def test_twelve_seeds_get_the_exact_interval_and_the_report_says_what_each_interval_is_over(tmp_path):
+    """12 seeds of 4 held-out prompts, COPO minus GRPO +0.25 on 6 seeds and 0 on 6: mean 0.125, SD 0.1306 (ddof 1),
+    SE 0.0377; the interval is 0.125 +- 2.201 x SE (11 dof), not 1.96 x SE."""
+    infos = []
+    for seed in range(12):
+        infos.append(write_run(tmp_path, "grpo", seed, "1000", {"copo_zero_std": 0.5}))
+        infos.append(write_run(tmp_path, "copo", seed, "1100" if seed < 6 else "1000", {"copo_zero_std": 0.5}))
+    d = compare.report(tmp_path, infos)["table"]["copo"]["minus_baseline"]
+    se = (sum((g - 0.125) ** 2 for g in [0.25] * 6 + [0.0] * 6) / 11 / 12) ** 0.5
+    assert d["ci95"][1] - d["mean"] == pytest.approx(2.20099 * se, rel=1e-5) and d["over"] == "seeds"
+
+
+def test_the_report_states_what_the_seeds_could_detect_and_the_seeds_a_difference_needs(tmp_path):
+    """Per-seed differences with SD 0.1 (two seeds: 0.05 and 0.05 + 0.1 x sqrt 2): the 95% half-width is
+    12.706 x 0.1 / sqrt 2; at 80% power they detect (12.706 + 1.376) x 0.1 / sqrt 2 = 0.996; a true difference of
+    0.1 (one SD) needs 10 seeds and 0.05 needs 34, as G*Power's paired t-test gives (d = 1 and 0.5, 80%, 5%)."""
+    d = compare.detectable([0.05, 0.05 + 0.1 * 2 ** 0.5], targets=(0.1, 0.05))
+    assert d["sd"] == pytest.approx(0.1) and d["half_width95"] == pytest.approx(12.7062 * 0.1 / 2 ** 0.5, rel=1e-4)
+    assert d["detectable"] == pytest.approx((12.7062 + 1.3764) * 0.1 / 2 ** 0.5, rel=1e-4)
+    assert d["seeds_for"] == {"0.1": 10, "0.05": 34}
+    assert compare.detectable([0.1])["detectable"] is None  # one seed: no spread over seeds
+
+    infos = [write_run(tmp_path, m, seed, o, {"copo_zero_std": 0.5})
+             for seed, (g, c) in enumerate([("1000", "1100"), ("0000", "1100")]) for m, o in (("grpo", g), ("copo", c))]
+    result = compare.report(tmp_path, infos, targets=(0.02, 0.05))
+    assert result["table"]["copo"]["minus_baseline"]["detectable"]["seeds"] == 2
+    text = compare.markdown(result)
+    assert "smallest true difference they detect with 80% power" in text and "| seeds for 0.02 | seeds for 0.05 |" in text
+    sd = 0.25 / 2 ** 0.5
+    assert f"| copo | 2 | {sd:.3f} | {12.7062 * 0.125:.3f} | {(12.7062 + 1.3764) * 0.125:.3f} |" in text
+
+
+def test_a_dry_run_prints_every_command_the_prompts_the_held_out_sources_and_the_cost_and_writes_nothing(
+        tmp_path, capsys, load_args):
+    """12 steps of 3 prompts x G 6 from 10 prompts, 2 methods x 2 seeds, a held-out file of 3 MATH-500, 2 AIME and 1
+    unlabelled rows: 36 drawn from 10 distinct (3.60 passes, 1 episode); each of the 4 commands is the run's own
+    (parsed, the same arguments as `run_argv`'s); 216 responses a run, 4 x 216 x 0.2 / 3072 = 0.06 GPU-hours; --out
+    is never made."""
+    import shlex
+
+    from openrlhf_copo.cli import compare as cli
+
+    _data(tmp_path)
+    rows = [{"datasource": "math500"}] * 3 + [{"datasource": "aime24"}] * 2 + [{}]
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"prompt": "t", "label": "1", **r}) + "\n" for r in rows))
+    out = tmp_path / "out"
+    assert cli.main(["--model", "m", "--train_data", str(tmp_path / "train.jsonl"), "--eval_data",
+                     str(tmp_path / "test.jsonl"), "--prompts_per_step", "3", "--steps", "12", "--eval_every", "5",
+                     "--out", str(out), "--dry_run", "--", "--rollout.max_new_tokens", "64"]) == 0
+    text = capsys.readouterr().out
+    assert not out.exists()
+    assert "36 drawn (steps x prompts per step), 10 distinct of the 10 in the file, 3.60 passes in 1 OpenRLHF " \
+           "episode" in text
+    assert "math500: 3, aime24: 2, default: 1" in text
+    assert "216 sampled responses a run" in text and "about 0.1 GPU-hours for the 4 runs to make" in text
+    commands = [shlex.split(line) for line in text.splitlines() if "openrlhf_copo.cli.train_ppo_ray" in line]
+    assert len(commands) == 4
+    plan = compare.prompt_plan(setting(tmp_path, prompts_per_step=3, steps=12), out)
+    s = setting(tmp_path, prompts_per_step=3, steps=12, eval_every=5, extra=["--rollout.max_new_tokens", "64"])
+    s.model = "m"
+    for command, (method, seed, step0) in zip(commands, [("grpo", 0, True), ("copo", 0, False), ("grpo", 1, True),
+                                                         ("copo", 1, False)]):
+        assert command[3:] == compare.run_argv(s, method, seed, compare.run_dir(out, method, seed),
+                                               Path(plan["file"]), step0, plan["episodes"])
+    assert load_args(commands[0][3:]).rollout.max_new_tokens == 64
+    assert "[grpo seed 0] evaluates at steps 0, 5, 10, 12" in text and "[copo seed 0] evaluates at steps 5, 10, 12" in text
+
+
+def test_help_states_every_flags_default(capsys):
+    """`compare --help` showed no default and six flags without help text (issue 51)."""
+    import re
+
+    from openrlhf_copo.cli import compare as cli
+
+    text = cli.parser().format_help()
+    blocks = re.split(r"\n  (?=-)", text.split("options:", 1)[1])
+    flags = {block.split()[0].rstrip(","): " ".join(block.split()) for block in blocks if block.strip()}
+    expected = {"--prompts_per_step": "(default: 8)", "--steps": "(default: 10)", "--lr": "(default: 1e-06)",
+                "--eval_every": "(default: 5)", "--input_key": "(default: prompt)", "--label_key": "(default: label)",
+                "--device": "(default: auto)", "--samples_per_prompt": "(default: 6 when running",
+                "--methods": "(default: grpo copo when running", "--seeds": "(default: 0 1 when running",
+                "--target_difference": "(default: 0.02 0.05)", "--report_only": "(default: False)",
+                "--dry_run": "(default: False)", "--start_checkpoint": "(default: --model)"}
+    for flag, default in expected.items():
+        assert default in flags[flag], flag
+    for flag, block in flags.items():
+        if flag not in ("-h",):
+            assert "default:" in block and len(block.split()) > 4, block  # a default and a help text
