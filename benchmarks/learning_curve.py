@@ -65,7 +65,7 @@ from openrlhf_copo.cpu_demo import job  # noqa: E402
 
 #: The methods and the flags that pair their runs: the comparison tool's (`openrlhf_copo.compare`), of which this
 #: benchmark's settings are presets.
-METHODS, PAIRED, T975, mean_se = compare.METHODS, compare.PAIRED, compare.T975, compare.mean_se
+METHODS, PAIRED, mean_se = compare.METHODS, compare.PAIRED, compare.mean_se
 
 
 #: Samples per prompt of every run: 4, the committed runs' G (the demo's until it moved to the paper's 6), so that

@@ -157,7 +157,7 @@ def test_copo_minus_each_method_is_paired_by_prompt_and_seed(lc, tmp_path):
     assert [(q["seed"], q["gain"], q["gained"], q["lost"]) for q in p["per_seed"]] == [(0, 0.25, 1, 0), (1, 0.5, 2, 0)]
     assert p["per_seed"][0]["se"] == pytest.approx(0.25)
     assert p["mean"] == pytest.approx(0.375)
-    assert p["ci95"][1] - p["mean"] == pytest.approx(12.706 * 0.1767767 / 2 ** 0.5, rel=1e-5)
+    assert p["ci95"][1] - p["mean"] == pytest.approx(12.7062 * 0.1767767 / 2 ** 0.5, rel=1e-5)  # t at 1 dof
     result["settings"] = {"steps": 6, "prompts_per_step": 6, "samples_per_prompt": 4, "n_test": 4, "n_sampled": 2,
                           "eval_k": 2, "seeds_run": [0, 1], "machine_hours": 0.1}
     result["environment"] = {"date": "d", "machine": "m", "versions": {}}

@@ -53,7 +53,8 @@ def test_both_runs_finish_from_the_start_checkpoint_on_the_same_first_batch(comp
     # seeded rollouts: the same first rollout batch for both methods
     assert steps["grpo"][0]["copo_correct"] == steps["copo"][0]["copo_correct"]
     assert steps["grpo"][0]["copo_entropy"] == steps["copo"][0]["copo_entropy"]
-    assert len((out / "train-first2.jsonl").read_text().splitlines()) == 2
+    cut, = out.glob("train-2rows-*.jsonl")  # the first 2 prompts, named by the source's sha256
+    assert cut.read_text().splitlines() == (out.parent / "train.jsonl").read_text().splitlines()[:2]
     # each run records the weights it began from: the start checkpoint's, the same for both
     starts = {json.loads((out / f"{m}-seed0" / "done.json").read_text())["start_sha256"] for m in ("grpo", "copo")}
     assert len(starts) == 1 and len(starts.pop()) == 64
@@ -69,6 +70,8 @@ def test_the_report_pairs_copo_with_grpo_and_a_rerun_resumes(compared):
     assert low <= copo["minus_baseline"]["mean"] <= high
     assert 0 <= copo["first_step"]["copo_zero_std"] <= 1
     assert report["methods"]["copo"] == ["--advantage_estimator", "copo"]
+    assert report["prompts"]["distinct"] == 2 and report["samples_per_prompt"] == 4
+    assert copo["minus_baseline"]["over"] == "prompts (one seed)"
     text = (out / "report.md").read_text()
     assert "| grpo | 1 |" in text and "(baseline)" in text and "| copo | 1 |" in text
     # the same command again finds both runs finished and only writes the report
