@@ -11,14 +11,18 @@ prompt. The step-0 evaluation is the same model on the same prompts for every me
 run makes it, and the others share it.
 
 A method's difference from the baseline (GRPO) is, per seed, the mean of the per-prompt differences of the final
-greedy verdicts; over seeds, their mean with a 95% t-interval over seeds (training randomness included). It is
+greedy verdicts; over seeds, their mean with a 95% t-interval over seeds (training randomness included; exact
+Student's t, `t_quantile`), beside what those seeds could detect and the seeds a given difference would need
+(`detectable`); with one seed, the interval is over its prompts, and says so. It is
 given pooled over every held-out prompt and per held-out source (OpenRLHF evaluates each ``datasource`` apart). What
 each run saw at its first step (the share of zero-variance groups, of all-incorrect ones, of responses with a
 gradient) is reported beside it: the regime the comparison was made in.
 
 Each run records its settings (`settings_of`, by the flag that sets each) in its ``done.json``: a rerun keeps a
 finished run only if they are the command's, and a report pairs only runs whose settings agree, naming the flag
-that differs otherwise. More steps than one pass over the prompts are OpenRLHF episodes (`train_file`).
+that differs otherwise. Every run draws steps x prompts per step prompts, as many distinct ones as the data and the
+steps allow (`prompt_plan`). Flags after -- that would redefine a method or one of the tool's settings are refused
+before any run (`check_extra`); `plan` is the whole sweep, printed before anything runs (--dry_run).
 
 The CPU benchmark's settings are presets of this (benchmarks/learning_curve.py); on a GPU cluster the same tool
 takes your model, data, G, prompts per step, steps, learning rate, start checkpoint and any OpenRLHF flag. It has
