@@ -40,7 +40,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -307,7 +307,7 @@ def extra_conflicts(setting: Setting, methods: Sequence[str], seeds: Sequence[in
         return []
     extra = _flags(setting.extra)
     plan = prompt_plan(setting, out)
-    plain = Setting(**{**setting.__dict__, "extra": []})
+    plain = replace(setting, extra=[])
     by_method = {m: _flags(METHODS[m]) for m in methods}
     paired, tool = _flags(PAIRED), _flags(list(TOOL_FLAGS))
     found = []

@@ -30,7 +30,8 @@ def setting(tmp_path, **kw):
 
 def test_each_run_is_the_method_the_paired_flags_the_setting_then_the_users_flags(load_args, tmp_path):
     s = setting(tmp_path, samples_per_prompt=6, prompts_per_step=8, steps=3, lr=2e-6, eval_every=2,
-                start=str(tmp_path / "plateau-start"), extra=["--rollout.max_new_tokens", "512", "--train.max_epochs", "2"])
+                start=str(tmp_path / "plateau-start"),
+                extra=["--rollout.max_new_tokens", "512", "--train.max_epochs", "2"])
     argv = compare.run_argv(s, "ngrpo", 3, tmp_path / "ngrpo-seed3", tmp_path / "train.jsonl", step0=True)
     a = load_args(argv)
     assert a.algo.advantage.estimator == "ngrpo" and tuple(a.actor.eps_clip_low_high) == (0.16, 0.24)
@@ -405,7 +406,7 @@ def write_recorded(out: Path, method: str, seed: int, outcomes: str, first: dict
                                              "settings": settings}))
 
 
-def test_report_only_reports_every_run_there_at_its_recorded_g_and_names_what_a_filter_leaves_out(tmp_path, capsys):
+def test_report_only_reports_every_run_there_at_its_recorded_g_and_names_what_a_filter_leaves_out(tmp_path):
     """3 methods x 3 seeds made at G = 16: --report_only alone reported grpo and copo of seeds 0 and 1 (the run
     defaults) and read DAPO's filter at G = 6 (a share of 1.33). Now all 9 runs at G = 16: 480 / (100 x 16) = 0.3;
     --methods / --seeds filter and the report names the runs they left out."""
@@ -467,7 +468,8 @@ def test_the_report_states_what_the_seeds_could_detect_and_the_seeds_a_differenc
     result = compare.report(tmp_path, infos, targets=(0.02, 0.05))
     assert result["table"]["copo"]["minus_baseline"]["detectable"]["seeds"] == 2
     text = compare.markdown(result)
-    assert "smallest true difference they detect with 80% power" in text and "| seeds for 0.02 | seeds for 0.05 |" in text
+    assert "smallest true difference they detect with 80% power" in text
+    assert "| seeds for 0.02 | seeds for 0.05 |" in text
     sd = 0.25 / 2 ** 0.5
     assert f"| copo | 2 | {sd:.3f} | {12.7062 * 0.125:.3f} | {(12.7062 + 1.3764) * 0.125:.3f} |" in text
 
@@ -505,10 +507,11 @@ def test_a_dry_run_prints_every_command_the_prompts_the_held_out_sources_and_the
         assert command[3:] == compare.run_argv(s, method, seed, compare.run_dir(out, method, seed),
                                                Path(plan["file"]), step0, plan["episodes"])
     assert load_args(commands[0][3:]).rollout.max_new_tokens == 64
-    assert "[grpo seed 0] evaluates at steps 0, 5, 10, 12" in text and "[copo seed 0] evaluates at steps 5, 10, 12" in text
+    assert "[grpo seed 0] evaluates at steps 0, 5, 10, 12" in text
+    assert "[copo seed 0] evaluates at steps 5, 10, 12" in text
 
 
-def test_help_states_every_flags_default(capsys):
+def test_help_states_every_flags_default():
     """`compare --help` showed no default and six flags without help text (issue 51)."""
     import re
 

@@ -82,7 +82,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--target_difference", nargs="+", type=float, default=list(compare.TARGET_DIFFERENCES),
                    help="differences the report sizes the seeds for: how many seeds each would need at the runs' "
                         "spread (default: " + " ".join(map(str, compare.TARGET_DIFFERENCES)) + ")")
-    p.add_argument("--out", type=Path, required=True, help="one folder per run, and the report (default: none; required)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="one folder per run, and the report (default: none; required)")
     p.add_argument("--report_only", action="store_true", help="run nothing: the report of the finished runs under "
                                                               "--out, made with their recorded settings")
     p.add_argument("--dry_run", action="store_true", help="run nothing, write nothing: print every run's command, "
