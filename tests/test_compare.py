@@ -238,15 +238,28 @@ def test_the_cli_needs_model_and_data_only_to_run(tmp_path, capsys):
     assert "--train_data, --eval_data required to run (not with --report_only)" in capsys.readouterr().err
 
 
-def test_the_readme_example_fits_one_8_gpu_node_and_dapo_math_17k(tmp_path, load_args):
-    """The README's command, as written there: one node of 8 GPUs shared by the actor and the vLLM engines
-    (colocated), and steps x prompts per step drawn from DAPO-Math-17k's ~17.4k distinct prompts in whole passes
-    (OpenRLHF episodes), not refused for having fewer prompts than 60 x 512."""
+def test_the_compare_command_is_written_once():
+    """One copy of the command at the paper's size (docs/gpu-recipe.md); the README and the CLI's docstring link to
+    it. Three copies had drifted apart (one without the micro-batch flags)."""
+    from openrlhf_copo.cli import compare as cli
+
+    copies = {path: (REPO / path).read_text().count("openrlhf_copo.cli.compare --model")
+              for path in ("README.md", "docs/gpu-recipe.md", "docs/benchmarks.md", "openrlhf_copo/cli/compare.py")}
+    assert copies == {"README.md": 0, "docs/gpu-recipe.md": 1, "docs/benchmarks.md": 0, "openrlhf_copo/cli/compare.py": 0}
+    assert "docs/gpu-recipe.md#comparing-methods-at-the-papers-size" in (REPO / "README.md").read_text()
+    assert "docs/gpu-recipe.md" in cli.__doc__ and "Comparing methods at the paper's size" in cli.__doc__
+
+
+def test_the_documented_command_fits_one_8_gpu_node_and_dapo_math_17k(tmp_path, load_args):
+    """The command of docs/gpu-recipe.md, as written there: one node of 8 GPUs shared by the actor and the vLLM
+    engines (colocated), and steps x prompts per step drawn from DAPO-Math-17k's ~17.4k distinct prompts in whole
+    passes (OpenRLHF episodes) as the training scripts' EPISODES=2 draws them, not refused for having fewer prompts
+    than 66 x 512."""
     import shlex
 
     from openrlhf_copo.cli import compare as cli
 
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "gpu-recipe.md").read_text()
     block = text[text.index("python -m openrlhf_copo.cli.compare --model"):]
     command = " ".join(line.split("#")[0].rstrip(" \\") for line in block[:block.index("```")].splitlines())
     argv = shlex.split(command)[3:]
@@ -260,6 +273,7 @@ def test_the_readme_example_fits_one_8_gpu_node_and_dapo_math_17k(tmp_path, load
     train, episodes = compare.train_file(s, tmp_path / "out")
     passes = len(train.read_text().splitlines())
     assert passes * episodes == args.steps * args.prompts_per_step and passes <= 17_398 and passes % 512 == 0
+    assert (episodes, passes // 512) == (2, 33)  # EPISODES=2 of train_copo_ray.sh: 2 passes of 33 steps of 512
     run = load_args(compare.run_argv(s, "copo", 0, tmp_path / "out" / "copo-seed0", train, True, episodes))
     assert run.train.colocate_all and run.actor.num_nodes * run.actor.num_gpus_per_node == 8
     assert run.vllm.num_engines * run.vllm.tensor_parallel_size == 8
