@@ -13,7 +13,8 @@
 #    step. `--copo.device auto` asks the cluster and takes the CPU path (its GPU slots are logical).
 #
 # Overrides (environment): MODEL, DATA, SAVE_DIR, STEPS (2), REWARD_FILE, COPO_RAY_* (scripts/ray_cluster.sh); extra flags
-# follow on the command line. COPO_PRINT_ARGS=1 prints the job's arguments and exits (the test suite parses them).
+# follow on the command line. COPO_PRINT_ARGS=1 prints the whole `ray job submit` command and exits (the test suite
+# parses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export COPO_RAY_DASHBOARD_PORT=${COPO_RAY_DASHBOARD_PORT:-8265}
