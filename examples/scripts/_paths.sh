@@ -37,11 +37,14 @@ copo_require_python() {  # the scripts run `python3` and `ray` from PATH: the en
   }
 }
 
-copo_run() {  # copo_run COMMAND...: run it, or with COPO_PRINT_ARGS=1 print it as one shell-quoted line instead
+copo_run() {  # copo_run COMMAND...: run it, or with COPO_PRINT_ARGS=1 print it as one line to paste instead
   if copo_switch COPO_PRINT_ARGS "${COPO_PRINT_ARGS:-0}"; then
-    local quoted
-    printf -v quoted '%q ' "$@"
-    printf '%s\n' "${quoted% }"
+    local word line=""
+    for word in "$@"; do
+      [[ $word =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]] || word=${word@Q}  # single-quoted where the shell needs it
+      line+="${line:+ }$word"
+    done
+    printf '%s\n' "$line"
     return 0
   fi
   "$@"
