@@ -257,10 +257,9 @@ def which_method_when(results: Dict[str, dict], diagnostics: bool = True) -> str
 
 
 #: Why a method's runs can end with GRPO's very verdicts, where the table shows it (see `table_notes`).
-SAME_RUNS_WHY = {"grpo_masked": "it is GRPO with the loss divided by fewer tokens, a factor per step that "
-                                "OpenRLHF's gradient clip (`--actor.max_norm 1.0`) undoes wherever it binds, so "
-                                "where the clip binds at every step the two runs make the same updates and draw "
-                                "the same responses (docs/benchmarks.md)"}
+SAME_RUNS_WHY = {"grpo_masked": "its one change to GRPO, a factor on each step's loss, is undone by the "
+                                "gradient clip wherever the clip binds (docs/paper.md, \"When the mask changes "
+                                "nothing\")"}
 
 
 def table_notes(results: Dict[str, dict], diagnostics: bool = True) -> List[str]:

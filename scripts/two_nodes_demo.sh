@@ -13,13 +13,15 @@
 #    step. `--copo.device auto` asks the cluster and takes the CPU path (its GPU slots are logical).
 #
 # Overrides (environment): MODEL, DATA, SAVE_DIR, STEPS (2), REWARD_FILE, COPO_RAY_* (scripts/ray_cluster.sh); extra flags
-# follow on the command line. COPO_PRINT_ARGS=1 prints the job's arguments and exits (the test suite parses them).
+# follow on the command line. COPO_PRINT_ARGS=1 prints the whole `ray job submit` command and exits (the test suite
+# parses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export COPO_RAY_DASHBOARD_PORT=${COPO_RAY_DASHBOARD_PORT:-8265}
 export RAY_ADDRESS=http://127.0.0.1:$COPO_RAY_DASHBOARD_PORT
+source examples/scripts/_paths.sh  # copo_switch; stops here, in one line, outside the environment
 
-if [ "${COPO_PRINT_ARGS:-0}" != "1" ]; then
+if ! copo_switch COPO_PRINT_ARGS "${COPO_PRINT_ARGS:-0}"; then
   MODEL=${MODEL:-$(python3 -c 'from openrlhf_copo.cpu_demo.models import smollm2_instruct; print(smollm2_instruct())')}
   DATA=${DATA:-$(python3 -c '
 from openrlhf_copo.cpu_demo.data import make_arithmetic_prompts
@@ -56,4 +58,4 @@ ARGS=(
 )
 ARGS+=("$@")
 copo_submit
-[ "${COPO_PRINT_ARGS:-0}" = "1" ] || echo "two_nodes_demo.sh: metrics in $SAVE_DIR/metrics.jsonl"
+copo_switch COPO_PRINT_ARGS "${COPO_PRINT_ARGS:-0}" || echo "two_nodes_demo.sh: metrics in $SAVE_DIR/metrics.jsonl"

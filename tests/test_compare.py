@@ -294,16 +294,28 @@ def test_the_cli_needs_model_and_data_only_to_run(tmp_path, capsys):
     assert "--train_data, --eval_data required to run (not with --report_only)" in capsys.readouterr().err
 
 
-def test_the_readme_example_fits_one_8_gpu_node_and_dapo_math_17k(tmp_path, load_args):
-    """The README's command, as written there: one node of 8 GPUs shared by the actor and the vLLM engines
-    (colocated), and steps x prompts per step drawn from all of DAPO-Math-17k's ~17.4k distinct prompts (one episode
-    of 1.77 passes), not refused for having fewer prompts than 60 x 512; none of its flags after -- redefines a
-    method or a setting; its plan costs 4 runs x 60 steps x docs/gpu-recipe.md's 0.2 GPU-hours a step = 48."""
+def test_the_compare_command_is_written_once():
+    """One copy of the command at the paper's size (docs/gpu-recipe.md); the README and the CLI's docstring link to
+    it. Three copies had drifted apart (one without the micro-batch flags)."""
+    from openrlhf_copo.cli import compare as cli
+
+    copies = {path: (REPO / path).read_text().count("openrlhf_copo.cli.compare --model")
+              for path in ("README.md", "docs/gpu-recipe.md", "docs/benchmarks.md", "openrlhf_copo/cli/compare.py")}
+    assert copies == {"README.md": 0, "docs/gpu-recipe.md": 1, "docs/benchmarks.md": 0, "openrlhf_copo/cli/compare.py": 0}
+    assert "docs/gpu-recipe.md#comparing-methods-at-the-papers-size" in (REPO / "README.md").read_text()
+    assert "docs/gpu-recipe.md" in cli.__doc__ and "Comparing methods at the paper's size" in cli.__doc__
+
+
+def test_the_documented_command_fits_one_8_gpu_node_and_dapo_math_17k(tmp_path, load_args):
+    """The command of docs/gpu-recipe.md, as written there: one node of 8 GPUs shared by the actor and the vLLM
+    engines (colocated), and steps x prompts per step drawn from all of DAPO-Math-17k's ~17.4k distinct prompts (one
+    episode of 1.94 passes), not refused for having fewer prompts than 66 x 512; none of its flags after -- redefines a
+    method or a setting."""
     import shlex
 
     from openrlhf_copo.cli import compare as cli
 
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "gpu-recipe.md").read_text()
     block = text[text.index("python -m openrlhf_copo.cli.compare --model"):]
     command = " ".join(line.split("#")[0].rstrip(" \\") for line in block[:block.index("```")].splitlines())
     argv = shlex.split(command)[3:]
@@ -323,7 +335,7 @@ def test_the_readme_example_fits_one_8_gpu_node_and_dapo_math_17k(tmp_path, load
     assert run.vllm.num_engines * run.vllm.tensor_parallel_size == 8
     assert (run.rollout.batch_size, run.rollout.n_samples_per_prompt, run.actor.adam.lr) == (512, 6, 1e-6)
     plan = compare.plan(s, ["grpo", "copo"], args.seeds, tmp_path / "plan")
-    assert plan["cost"]["gpu_hours"] == pytest.approx(48.0) and plan["held_out"] == {"math500": 500}
+    assert plan["cost"]["gpu_hours"] == pytest.approx(4 * 66 * 0.2) and plan["held_out"] == {"math500": 500}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,3 +18,36 @@ copo_local() {  # copo_local "a,b,...": each entry that is a local file or folde
   done
   printf '%s\n' "$out"
 }
+
+copo_switch() {  # copo_switch NAME VALUE: succeeds for an on value (1, true, yes, on), fails for an off one (unset, empty,
+  # 0, false, no, off), refuses anything else in one line. A bare [ -n "$VALUE" ] took WITH_GSM8K=0 for on.
+  case "$(printf '%s' "$2" | tr '[:upper:]' '[:lower:]')" in
+    1 | true | yes | on) return 0 ;;
+    "" | 0 | false | no | off) return 1 ;;
+    *) echo "error: $1=$2: expected 1 (on) or 0 (off)" >&2; exit 2 ;;
+  esac
+}
+
+copo_require_python() {  # the scripts run `python3` and `ray` from PATH: the environment must be activated first
+  python3 -c 'import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ("openrlhf_copo", "openrlhf", "ray"))))' \
+    2>/dev/null || {
+    echo "error: python3 on PATH ($(command -v python3 || echo none)) cannot import openrlhf_copo, openrlhf and ray:" \
+      "activate the environment first (source .venv/bin/activate)" >&2
+    exit 2
+  }
+}
+
+copo_run() {  # copo_run COMMAND...: run it, or with COPO_PRINT_ARGS=1 print it as one line to paste instead
+  if copo_switch COPO_PRINT_ARGS "${COPO_PRINT_ARGS:-0}"; then
+    local word line=""
+    for word in "$@"; do
+      [[ $word =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]] || word=${word@Q}  # single-quoted where the shell needs it
+      line+="${line:+ }$word"
+    done
+    printf '%s\n' "$line"
+    return 0
+  fi
+  "$@"
+}
+
+copo_require_python

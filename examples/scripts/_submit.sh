@@ -1,18 +1,17 @@
 # Shared by the example scripts (sourced, not run). Submits
-#   python -m openrlhf_copo.cli.train_ppo_ray "${ARGS[@]}"
-# as a Ray job, or, with COPO_PRINT_ARGS=1, prints the arguments one per line and exits (the
-# test suite runs every script that way through the real parser, so no script can drift from
-# the flags).
+#   ray job submit --address=... --runtime-env-json=... -- python3 -m openrlhf_copo.cli.train_ppo_ray "${ARGS[@]}"
+# or, with COPO_PRINT_ARGS=1, prints that command as one shell-quoted line and submits nothing (the test suite runs
+# every script that way through the real parser, so no script can drift from the flags).
+
+# Paths a job reads or writes, made absolute (copo_abspath, DATA_DIR): the job runs in Ray's per-session copy of the
+# working dir, where a relative SAVE_DIR would put checkpoints that a resubmitted job never finds (it silently starts
+# at step 0), and which holds no data/ (.gitignore). Sourcing _paths.sh also checks that python3 is the environment's.
+source "$(dirname "${BASH_SOURCE[0]}")/_paths.sh"
 
 # The reward file ships inside the installed package, and the vLLM engine actors load it by path on
 # whatever node they run: install openrlhf-copo at the same path on every node (one container image, or
 # one shared virtualenv), or set REWARD_FILE to a copy on storage every node mounts.
 REWARD_FILE=${REWARD_FILE:-$(python3 -c 'import os, openrlhf_copo.rewards as r; print(os.path.join(os.path.dirname(r.__file__), "math_reward.py"))')}
-
-# Paths a job reads or writes, made absolute (copo_abspath, DATA_DIR): the job runs in Ray's per-session copy of the
-# working dir, where a relative SAVE_DIR would put checkpoints that a resubmitted job never finds (it silently starts
-# at step 0), and which holds no data/ (.gitignore).
-source "$(dirname "${BASH_SOURCE[0]}")/_paths.sh"
 REWARD_FILE=$(copo_abspath "$REWARD_FILE")
 
 # The job's runtime env: the working dir, minus what the run writes into it or reads by absolute path. Ray packs
@@ -52,13 +51,9 @@ copo_check_inputs() {  # every absolute path the job reads must exist here, befo
   done
 }
 
-copo_submit() {
-  if [ "${COPO_PRINT_ARGS:-0}" = "1" ]; then
-    printf '%s\n' "${ARGS[@]}"
-    return 0
-  fi
-  copo_check_inputs
-  ray job submit --address="${RAY_ADDRESS:-http://127.0.0.1:8265}" \
+copo_submit() {  # the job's inputs are checked only when it is submitted: a printed command may name data not made yet
+  copo_switch COPO_PRINT_ARGS "${COPO_PRINT_ARGS:-0}" || copo_check_inputs
+  copo_run ray job submit --address="${RAY_ADDRESS:-http://127.0.0.1:8265}" \
     --runtime-env-json="$(copo_runtime_env "${ARGS[@]}")" \
     -- python3 -m openrlhf_copo.cli.train_ppo_ray "${ARGS[@]}"
 }

@@ -9,8 +9,7 @@ cd "$(dirname "$0")/../.."
 source examples/scripts/_paths.sh
 T=${TEMPLATE:-boxed}
 prep() {
-  if [ "${COPO_PRINT_ARGS:-0}" = "1" ]; then printf '%s\n' "$@" --template "$T"; echo "---"; return; fi
-  python3 -m openrlhf_copo.cli.prepare_data "$@" --template "$T"
+  copo_run python3 -m openrlhf_copo.cli.prepare_data "$@" --template "$T"
 }
 prep --source dapo_math_17k --hf_name BytedTsinghua-SIA/DAPO-Math-17k --split train \
   --out "$DATA_DIR/dapo_math_17k.jsonl"

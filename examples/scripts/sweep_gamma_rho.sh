@@ -6,5 +6,4 @@ HERE="$(dirname "$0")"
 for pair in ${PAIRS:-3,1 5,1 10,1 20,0.5 20,1.2 20,1.5}; do
   GAMMA=${pair%,*} RHO=${pair#*,} SAVE_DIR="${SAVE_ROOT:-checkpoints/sweep}/gamma${pair%,*}-rho${pair#*,}" \
     "$HERE/train_copo_ray.sh" "$@"
-  [ "${COPO_PRINT_ARGS:-0}" = "1" ] && echo "---"
 done

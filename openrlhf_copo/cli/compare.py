@@ -1,9 +1,7 @@
 """`python -m openrlhf_copo.cli.compare`: a paired comparison of advantage methods on your model and data.
 
-    python -m openrlhf_copo.cli.compare --model Qwen/Qwen2.5-3B-Instruct --train_data data/dapo_math_17k.jsonl \\
-        --eval_data data/math500.jsonl --methods grpo copo --seeds 0 1 --samples_per_prompt 6 \\
-        --prompts_per_step 512 --steps 60 --lr 1e-6 --eval_every 10 --out runs/compare -- \\
-        --train.colocate_all --vllm.enable_sleep --ds.enable_sleep --actor.num_gpus_per_node 8 --vllm.num_engines 8
+The command at the paper's size, on one 8-GPU node (its one copy, parsed by tests/test_compare.py):
+docs/gpu-recipe.md, "Comparing methods at the paper's size".
 
 Each (method, seed) is one `train_ppo_ray` run with the same flags but the method's (`openrlhf_copo.compare`);
 everything after `--` goes to every run as it is, and wins over the tool's defaults: no KL (--algo.kl.init_coef 0),

@@ -84,8 +84,8 @@ class CopoSettings:
         None, choices=STDS, core=True, kind=str,
         help="std in both advantages: population (the COPO paper's worked example), unbiased (the "
              "released code, NGRPO, RL-ZVP), none (no division: Dr. GRPO, the released "
-             "norm_adv_by_std_in_grpo=False); default: the mode's own (population for COPO and its"
-             " ablations, unbiased for ngrpo and rl_zvp, none for dr_grpo)")
+             "norm_adv_by_std_in_grpo=False); unset (None): the mode's own (population for COPO and"
+             " its ablations, unbiased for ngrpo and rl_zvp, none for dr_grpo)")
     eps: float = _setting(
         DEFAULTS.eps, check=(lambda v: v >= 0, "must be >= 0"), core=True,
         help="added to the std in both advantages")

@@ -16,18 +16,27 @@ TRAIN = [n for n in ALL if n.startswith(("train_", "sweep_"))]
 
 
 def script_runs(name, cwd=None, **env):
-    """The command line(s) a script would submit (a sweep submits several, separated by '---'), run from ``cwd``."""
+    """The argument lists of the command(s) a script would run (a sweep or the data preparation runs several, one
+    printed line each), run from ``cwd``: what follows `python3 -m <module>` in each line COPO_PRINT_ARGS=1 prints."""
+    return [args for _, args in map(printed_command, script_lines(name, cwd, **env))]
+
+
+def script_lines(name, cwd=None, **env):
+    """The lines a script prints with COPO_PRINT_ARGS=1: each the whole command it would run, shell-quoted."""
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
     out = subprocess.run(["bash", str(SCRIPTS / name)], capture_output=True, text=True, timeout=120, check=True,
                          cwd=cwd, env={**os.environ, "PATH": path, "COPO_PRINT_ARGS": "1", **env})
-    runs, current = [], []
-    for line in out.stdout.splitlines():
-        if line == "---":
-            runs.append(current)
-            current = []
-        else:
-            current.append(line)
-    return runs + ([current] if current else [])
+    return out.stdout.splitlines()
+
+
+def printed_command(line):
+    """(the words before the module's arguments, the module's arguments) of one printed command line:
+    `ray job submit ... -- python3 -m openrlhf_copo.cli.train_ppo_ray ARGS` or `python3 -m openrlhf_copo.cli.X ARGS`."""
+    import shlex
+
+    words = shlex.split(line)
+    i = words.index("-m") + 2
+    return words[:i], words[i:]
 
 
 def script_args(name, cwd=None, **env):
@@ -66,6 +75,56 @@ def test_evaluate_script_parses():
     data = SCRIPTS.parents[1] / "data"
     assert args.benchmark == [f"math500={data}/math500.jsonl:8", f"aime24={data}/aime24.jsonl:64",
                               f"aime25={data}/aime25.jsonl:64"]
+
+
+@pytest.mark.parametrize("aime25, gsm8k, extra", [("0", "0", []), ("", "false", []), ("no", "1", ["gsm8k"]),
+                                                  ("true", "0", ["aime25"]), ("1", "yes", ["aime25", "gsm8k"])])
+def test_the_evaluate_scripts_switches_read_0_as_off(aime25, gsm8k, extra):
+    """WITH_AIME25 / WITH_GSM8K: 1 (true, yes) adds the set, 0 (false, no, empty) does not. The script once tested
+    for a non-empty value, so WITH_AIME25=0 WITH_GSM8K=0 evaluated both."""
+    from openrlhf_copo.cli.evaluate import build_parser
+
+    args = build_parser().parse_args(script_args("evaluate_run.sh", WITH_AIME25=aime25, WITH_GSM8K=gsm8k))
+    assert [b.split("=")[0] for b in args.benchmark] == ["math500", "aime24", *extra]
+
+
+def test_a_switch_that_is_neither_on_nor_off_is_refused_in_one_line():
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+    proc = subprocess.run(["bash", str(SCRIPTS / "evaluate_run.sh")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": path, "COPO_PRINT_ARGS": "1", "WITH_GSM8K": "maybe"})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "error: WITH_GSM8K=maybe: expected 1 (on) or 0 (off)\n")
+
+
+def test_print_args_prints_the_whole_command_that_would_run():
+    """COPO_PRINT_ARGS=1 prints what the script would run, as one line to paste: the `ray job submit` with its
+    address and runtime env (the repository as working dir), then `python3 -m <entry point>` and its arguments."""
+    import json
+
+    repo = SCRIPTS.parents[1]
+    (line,) = script_lines("train_copo_ray.sh", RAY_ADDRESS="http://head:8265")
+    head, args = printed_command(line)
+    assert head[:4] == ["ray", "job", "submit", "--address=http://head:8265"]
+    env = json.loads(head[4].removeprefix("--runtime-env-json="))
+    assert env["working_dir"] == str(repo.resolve())
+    assert head[5:] == ["--", "python3", "-m", "openrlhf_copo.cli.train_ppo_ray"] and args[:2] == ["--advantage_estimator", "copo"]
+    (line,) = script_lines("evaluate_run.sh")
+    assert printed_command(line)[0] == ["python3", "-m", "openrlhf_copo.cli.evaluate"]
+    assert {tuple(printed_command(line)[0]) for line in script_lines("prepare_data.sh")} == {
+        ("python3", "-m", "openrlhf_copo.cli.prepare_data")}
+
+
+@pytest.mark.parametrize("name", ["train_copo_ray.sh", "evaluate_run.sh", "prepare_data.sh"])
+def test_a_script_run_outside_the_environment_says_to_activate_it(name):
+    """The scripts run `python3` and `ray` from PATH (so does the Ray job: `python3 -m ...` on a cluster started from
+    the activated environment). Without the environment on PATH a script stops at once, in one line, saying what to
+    do, instead of a Python traceback from its first `python3 -c`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    proc = subprocess.run(["bash", str(SCRIPTS / name)], capture_output=True, text=True, timeout=120,
+                          env={**env, "PATH": "/usr/bin:/bin", "COPO_PRINT_ARGS": "1"})
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("error: python3 on PATH (") and line.endswith(
+        "cannot import openrlhf_copo, openrlhf and ray: activate the environment first (source .venv/bin/activate)")
 
 
 def test_sweep_covers_table_4(load_args):
@@ -223,7 +282,8 @@ def test_the_two_node_demo_command_parses_and_is_complete(load_args):
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
     out = subprocess.run(["bash", str(repo / "scripts" / "two_nodes_demo.sh")], capture_output=True, text=True,
                          timeout=120, check=True, env={**os.environ, "PATH": path, "COPO_PRINT_ARGS": "1"})
-    args = load_args(out.stdout.splitlines())
+    (line,) = out.stdout.splitlines()
+    args = load_args(printed_command(line)[1])
     assert cpu.cpu_problems(args) == []
     assert (args.actor.num_nodes, args.vllm.num_engines, args.ref.num_nodes, args.algo.kl.init_coef) == (2, 2, 1, 0.01)
     assert args.ckpt.path.startswith(str(repo / "runs" / "two-nodes-demo-"))

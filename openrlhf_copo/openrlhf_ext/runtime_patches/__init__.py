@@ -8,7 +8,7 @@ patch  module         what it changes in OpenRLHF 0.11.2                  why
  4     metrics_file   BasePPOTrainer.save_logs_and_checkpoints            --copo.metrics_file; then the last-step eval
  5     evaluation     compute_eval_metrics                                mean@k, its SE, maj@k, greedy accuracy logged
  6     evaluation     BasePPOTrainer.init_checkpoint_states               --copo.eval_before_train; watches the prompts
-                                                                          for --copo.eval_after_train
+                    SamplesGenerator.generate_samples                   for --copo.eval_after_train
  7     rollout        Single/MultiTurnAgentExecutor.execute               each response's engine seed;
                                                                           --copo.seeded_rollouts
  8     evaluation     SamplesGenerator.generate_eval_samples              held-out prompts in one vLLM call per pass
@@ -21,7 +21,8 @@ run gets all ten; a run of any other estimator gets OpenRLHF's own functions whe
 does, and only the patches that add to its logs (1: our reward's id labels out of the logs; 5: mean@k, maj@k; 7:
 each response's engine, as a label) unless a `--copo.*` flag asks for one (`--copo.same_pipeline`: all of 4-10, so
 that a baseline runs through the same pipeline as the COPO run it is compared with). `versions` holds the openrlhf
-versions and every symbol the patches touch, and the checks that refuse others. Each module's docstring says what its patches change and
+versions and every symbol the patches touch, and the checks that refuse others. `eval_state` holds what patches 4, 5, 6
+and 8 hand each other (tested with `evaluation`). Each module's docstring says what its patches change and
 why; each is tested by the test module of the same name under tests/openrlhf_ext/runtime_patches/.
 
 A monkeypatch made in the driver never reaches Ray actor processes, where these classes run.

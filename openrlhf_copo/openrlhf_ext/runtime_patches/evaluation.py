@@ -4,12 +4,16 @@
    `--copo.eval_greedy`, greedy accuracy with its per-prompt verdicts), and appends them to the metrics file as a
    row with `"eval": 1`;
 6. `BasePPOTrainer.init_checkpoint_states` (the start of `fit`): with `--copo.eval_before_train`, a run that
-   starts from step 0 evaluates once before its first step; with `--copo.eval_after_train`, the trainer's prompt
-   draws are watched for the end of the prompts (`watch_prompt_draws`), and patch 4's logging evaluates the last
-   step when they ran out (`evaluate_if_prompts_ran_out`);
+   starts from step 0 evaluates once before its first step; with `--copo.eval_after_train`, `fit`'s prompt draws
+   (`SamplesGenerator.generate_samples`) are watched for the end of the prompts (`note_prompt_draw`), and patch 4's
+   logging evaluates the last step when they ran out (`evaluate_if_prompts_ran_out`);
 8. `SamplesGenerator.generate_eval_samples`: the held-out prompts go to vLLM in one call (OpenRLHF sends them
    `--rollout.batch_size` at a time), first greedily with `--copo.eval_greedy`, then sampled, on the first
    `--copo.eval_sampled_prompts` prompts if set.
+
+What these patches and patch 4 hand each other (the step last logged, the greedy samples of the evaluation under
+way, whether the prompts ran out, ...) is one object, `eval_state.STATE`, whose docstring says who writes and who
+reads each field.
 """
 
 from __future__ import annotations
@@ -18,13 +22,9 @@ import functools
 import time
 
 from openrlhf_copo.contract import ANSWER_ID, sample_correct, sample_outcome
-from openrlhf_copo.openrlhf_ext.runtime_patches.metrics_file import append_metrics, last_step
+from openrlhf_copo.openrlhf_ext.runtime_patches import eval_state
+from openrlhf_copo.openrlhf_ext.runtime_patches.metrics_file import append_metrics
 from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
-
-
-#: What patch 8 hands patch 5 about the evaluation under way: its greedy samples (`evaluate` hands
-#: `compute_eval_metrics` only the sampled ones) and its generation time.
-_eval_under_way: dict = {}
 
 
 def apply_eval_majority() -> None:
@@ -45,15 +45,16 @@ def apply_eval_majority() -> None:
         if samples_list and all(ANSWER_ID in s.info for s in samples_list):
             logs.update(eval_majority_logs(eval_dataloader, samples_list, n_samples_per_prompt))
         outcomes = {}
-        if "seconds" in _eval_under_way:
-            logs["eval_generate_seconds"] = _eval_under_way.pop("seconds")
-        greedy = _eval_under_way.pop("samples", None)
+        state = eval_state.STATE
+        greedy, seconds = state.take_evaluation_extras()  # patch 8's: `evaluate` hands us only the sampled ones
+        if seconds is not None:
+            logs["eval_generate_seconds"] = seconds
         if greedy:
             greedy_logs, outcomes = eval_greedy_logs(eval_dataloader, greedy)
             logs.update(greedy_logs)
-        if last_step["metrics_file"] and logs:
+        if state.metrics_file and logs:
             # the outcome strings go to the metrics file only: wandb and tensorboard take numbers
-            append_metrics(last_step["metrics_file"], last_step["step"], {"eval": 1, **logs}, text=outcomes)
+            append_metrics(state.metrics_file, state.step, {"eval": 1, **logs}, text=outcomes)
         return logs
 
     compute_eval_metrics.__openrlhf_copo_patched__ = True
@@ -109,7 +110,7 @@ def apply_eval_generation() -> None:
     in one call. OpenRLHF 0.11.2 sends them `--rollout.batch_size` at a time (64 prompts x 2 samples took 80 s
     in 11 calls on 2 CPU cores, and each call waits for its slowest response); vLLM batches a single call
     itself. With `--copo.eval_greedy`, a greedy call (temperature 0, one sample per prompt) comes first and
-    its samples are kept for `compute_eval_metrics` (patch 5); the sampled call then takes the first
+    its samples are kept for `compute_eval_metrics` (patch 5, through `eval_state.STATE`); the sampled call then takes the first
     `--copo.eval_sampled_prompts` prompts (0: all) with `evaluate`'s settings (`--eval.temperature`, ...)."""
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
@@ -128,21 +129,22 @@ def apply_eval_generation() -> None:
         total = len(self.eval_dataloader.dataset)
         sampled = min(getattr(copo, "eval_sampled_prompts", 0) or total, total)
         with_greedy = getattr(copo, "eval_greedy", False)
+        state = eval_state.STATE
         start = time.time()
         if self.args.vllm.enable_sleep:
             batch_vllm_engine_call(self.vllm_engines, "wake_up")
         try:
             if with_greedy:
                 greedy = dict(generate_kwargs, temperature=0.0, n_samples_per_prompt=1)
-                _eval_under_way["samples"] = self._generate_vllm(iter(self.eval_dataloader), total, False, **greedy)[0]
+                state.greedy_samples = self._generate_vllm(iter(self.eval_dataloader), total, False, **greedy)[0]
             samples = self._generate_vllm(iter(self.eval_dataloader), sampled, False, **generate_kwargs)[0]
         finally:
             if self.args.vllm.enable_sleep:
                 batch_vllm_engine_call(self.vllm_engines, "sleep")
-        _eval_under_way["seconds"] = time.time() - start
+        state.generate_seconds = time.time() - start
         print(f"openrlhf_copo: held-out evaluation: {f'{total} prompts greedy, then ' if with_greedy else ''}"
               f"{sampled} prompts x {generate_kwargs.get('n_samples_per_prompt')} samples at temperature "
-              f"{generate_kwargs.get('temperature')}, one vLLM call each ({_eval_under_way['seconds']:.0f} s)", flush=True)
+              f"{generate_kwargs.get('temperature')}, one vLLM call each ({state.generate_seconds:.0f} s)", flush=True)
         return samples
 
     setattr(generate_eval_samples, PATCHED_ATTR, True)
@@ -156,8 +158,11 @@ def apply_eval_before_train() -> None:
     `BasePPOTrainer.init_checkpoint_states` (resolved in the worker, so patchable here). When that
     state says step 0, the vLLM engines still hold the initial weights: evaluating then measures the
     starting policy with the same engines, sampling settings and reward as every later evaluation.
-    With `--copo.eval_after_train`, it also starts `watch_prompt_draws` there, for patch 4."""
+    There it also records the trainer and whether `--copo.eval_after_train` asks for the prompt draws to be
+    watched; `SamplesGenerator.generate_samples`, `fit`'s prompt draw, is wrapped here for that
+    (`note_prompt_draw`), and passes through unwatched otherwise."""
     from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
     original = BasePPOTrainer.init_checkpoint_states
     if getattr(original, PATCHED_ATTR, False):
@@ -170,55 +175,68 @@ def apply_eval_before_train() -> None:
     def init_checkpoint_states(self):
         states = original(self)
         copo = getattr(self.args, "copo", None)
-        if getattr(copo, "eval_after_train", False):
-            watch_prompt_draws(self)
+        state = eval_state.STATE
+        state.trainer, state.watch_draws = self, getattr(copo, "eval_after_train", False)
         if getattr(copo, "eval_before_train", False) and states.get("global_step", 0) == 0:
-            last_step.update(step=0, metrics_file=getattr(copo, "metrics_file", None))
+            state.step, state.metrics_file = 0, getattr(copo, "metrics_file", None)
             evaluate_now(self, 0)
         return states
 
-    init_checkpoint_states.__openrlhf_copo_patched__ = True
+    setattr(init_checkpoint_states, PATCHED_ATTR, True)
     BasePPOTrainer.init_checkpoint_states = init_checkpoint_states
+    SamplesGenerator.generate_samples = watched_prompt_draw(SamplesGenerator.generate_samples)
 
 
-def watch_prompt_draws(trainer) -> None:
-    """With `--copo.eval_after_train` (installed at the start of `fit`, patch 6): the run's last step is
-    evaluated even when `--eval.steps` does not divide it. How many steps a run makes is not known in advance
-    (DAPO's filter refills groups from later prompts, and stops when too few are left for a batch), so this
-    watches `PPOTrainer.fit`'s prompt draws, the only place that learns the prompts are used up. Its loop stops
-    after a draw that says so: after training on the draw's batch (the step's logging then evaluates it,
-    `save_logs_and_checkpoints`) or, when the draw came back empty, at once (evaluated here)."""
-    generator = getattr(trainer, "samples_generator", None)
-    if generator is None or getattr(generator.generate_samples, PATCHED_ATTR, False):
-        return
-    draw = generator.generate_samples
+def watched_prompt_draw(draw):
+    """`SamplesGenerator.generate_samples` that tells `note_prompt_draw` what each draw returned, when watched."""
 
     @functools.wraps(draw)
-    def generate_samples(**generate_kwargs):
-        samples, pass_rate, consumed, exhausted = draw(**generate_kwargs)
-        trainer._copo_draw_exhausted = exhausted
-        if exhausted and not samples:
-            evaluate_last_step(trainer)
+    def generate_samples(self, *args, **generate_kwargs):
+        samples, pass_rate, consumed, exhausted = draw(self, *args, **generate_kwargs)
+        if eval_state.STATE.watch_draws:
+            note_prompt_draw(samples, exhausted)
         return samples, pass_rate, consumed, exhausted
 
     setattr(generate_samples, PATCHED_ATTR, True)
-    generator.generate_samples = generate_samples
+    return generate_samples
+
+
+def note_prompt_draw(samples, exhausted: bool) -> None:
+    """With `--copo.eval_after_train`: the run's last step is evaluated even when `--eval.steps` does not divide
+    it. How many steps a run makes is not known in advance (DAPO's filter refills groups from later prompts, and
+    stops when too few are left for a batch), so this watches `PPOTrainer.fit`'s prompt draws, the only place that
+    learns the prompts are used up. Its loop stops after a draw that says so: after training on the draw's batch
+    (the step's logging then evaluates it, `evaluate_if_prompts_ran_out`) or, when the draw came back empty, at
+    once (evaluated here)."""
+    state = eval_state.STATE
+    state.prompts_used_up = exhausted
+    if exhausted and not samples:
+        evaluate_last_step(state.trainer)
 
 
 def evaluate_if_prompts_ran_out(trainer) -> None:
     """After each step's logging (patch 4 calls it): when drawing this step's batch used up the prompts, fit()
-    stops after it, so the step is evaluated now (`evaluate_last_step`; `watch_prompt_draws` sets the flag)."""
-    if getattr(trainer, "_copo_draw_exhausted", False):
+    stops after it, so the step is evaluated now (`evaluate_last_step`; `note_prompt_draw` records it)."""
+    if eval_state.STATE.prompts_used_up:
         evaluate_last_step(trainer)
 
 
 def evaluate_last_step(trainer) -> None:
-    """Once the prompts are used up (`watch_prompt_draws`): evaluate the last logged step, unless the run has
-    episodes left, or an evaluation already saw that step (OpenRLHF's own, at multiples of --eval.steps)."""
-    step, episode = getattr(trainer, "_copo_logged", (0, None))
-    if (step and step % trainer.args.eval.steps and episode == trainer.args.train.num_episodes - 1
-            and getattr(trainer, "_copo_evaluated_step", None) != step):
-        evaluate_now(trainer, step)
+    """Once the prompts are used up: evaluate the last logged step, when `last_step_left_unevaluated`."""
+    state = eval_state.STATE
+    if last_step_left_unevaluated(state, trainer.args):
+        evaluate_now(trainer, state.step)
+
+
+def last_step_left_unevaluated(state: eval_state.EvalState, args) -> bool:
+    """Whether the last logged step still needs its evaluation when the prompts are used up: a step was made, no
+    episode is left (another episode draws the prompts again), OpenRLHF's own loop did not evaluate it (it does at
+    multiples of --eval.steps), and no evaluation of ours saw it yet (the draw that fed it may have)."""
+    step_made = state.step > 0
+    episodes_left = state.episode != args.train.num_episodes - 1
+    openrlhf_evaluated_it = state.step % args.eval.steps == 0
+    evaluated_already = state.evaluated_step == state.step
+    return step_made and not episodes_left and not openrlhf_evaluated_it and not evaluated_already
 
 
 def evaluate_now(trainer, step: int) -> None:
@@ -226,6 +244,6 @@ def evaluate_now(trainer, step: int) -> None:
     --eval.dataset)."""
     if getattr(trainer, "eval_dataloader", None) is None or not hasattr(trainer, "evaluate"):
         return
-    trainer._copo_evaluated_step = step
+    eval_state.STATE.evaluated_step = step
     trainer.evaluate(step, **dict(trainer.generate_kwargs, temperature=trainer.args.eval.temperature,
                                   n_samples_per_prompt=trainer.args.eval.n_samples_per_prompt))

@@ -1,8 +1,8 @@
 """Patch 4: `--copo.metrics_file`, every step's logged metrics in a JSON-lines file.
 
 4. `BasePPOTrainer.save_logs_and_checkpoints`: appends each step's metrics (the dict OpenRLHF sends to wandb /
-   tensorboard) and the prompts drawn so far to the file, and records the step for the evaluation's rows
-   (`last_step`); after the step's own logging it calls the hook it was installed with (the package installs
+   tensorboard) and the prompts drawn so far to the file, and records the step and episode for the evaluation
+   (`eval_state.STATE`); after the step's own logging it calls the hook it was installed with (the package installs
    `evaluation.evaluate_if_prompts_ran_out`: with `--copo.eval_after_train`, the run's last step is evaluated
    even when `--eval.steps` does not divide it).
 
@@ -17,12 +17,8 @@ import time
 from typing import Callable, Optional
 
 from openrlhf_copo.contract import PROMPTS_CONSUMED
+from openrlhf_copo.openrlhf_ext.runtime_patches import eval_state
 from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
-
-
-#: The step the trainer last logged (patch 4) or is about to start from (patch 6): OpenRLHF's `evaluate`
-#: runs right after `save_logs_and_checkpoints(global_step, ...)` and hands `compute_eval_metrics` no step.
-last_step = {"step": 0, "metrics_file": None}
 
 
 def apply_metrics_file(after_logging: Callable[[object], None] = lambda trainer: None) -> None:
@@ -45,8 +41,9 @@ def apply_metrics_file(after_logging: Callable[[object], None] = lambda trainer:
     @functools.wraps(original_save)
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         path = getattr(getattr(self.args, "copo", None), "metrics_file", None)
-        last_step.update(step=int(global_step), metrics_file=path)
-        self._copo_logged = (int(global_step), (client_states or {}).get("episode"))
+        # OpenRLHF's `evaluate` runs right after this and hands `compute_eval_metrics` (patch 5) no step
+        state = eval_state.STATE
+        state.step, state.episode, state.metrics_file = int(global_step), (client_states or {}).get("episode"), path
         if path and logs_dict:
             consumed = (client_states or {}).get("total_consumed_prompts")
             append_metrics(path, global_step, logs_dict if consumed is None else {**logs_dict, PROMPTS_CONSUMED: consumed})
