@@ -19,6 +19,7 @@ import time
 
 from openrlhf_copo.contract import ANSWER_ID, sample_correct, sample_outcome
 from openrlhf_copo.openrlhf_ext.runtime_patches.metrics_file import append_metrics, last_step
+from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import DrawCounter
 from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
 
 
@@ -169,6 +170,7 @@ def apply_eval_before_train() -> None:
     @functools.wraps(original)
     def init_checkpoint_states(self):
         states = original(self)
+        DrawCounter.restore(self, states)  # seeded rollouts: the draw counts the checkpoint was saved with
         copo = getattr(self.args, "copo", None)
         if getattr(copo, "eval_after_train", False):
             watch_prompt_draws(self)

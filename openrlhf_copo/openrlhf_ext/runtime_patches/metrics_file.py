@@ -17,6 +17,7 @@ import time
 from typing import Callable, Optional
 
 from openrlhf_copo.contract import PROMPTS_CONSUMED
+from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import DrawCounter
 from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
 
 
@@ -47,6 +48,7 @@ def apply_metrics_file(after_logging: Callable[[object], None] = lambda trainer:
         path = getattr(getattr(self.args, "copo", None), "metrics_file", None)
         last_step.update(step=int(global_step), metrics_file=path)
         self._copo_logged = (int(global_step), (client_states or {}).get("episode"))
+        DrawCounter.save(self, client_states)  # seeded rollouts: a resumed run goes on with the run's draw counts
         if path and logs_dict:
             consumed = (client_states or {}).get("total_consumed_prompts")
             append_metrics(path, global_step, logs_dict if consumed is None else {**logs_dict, PROMPTS_CONSUMED: consumed})
