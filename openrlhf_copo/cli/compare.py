@@ -8,9 +8,11 @@
 Each (method, seed) is one `train_ppo_ray` run with the same flags but the method's (`openrlhf_copo.compare`);
 everything after `--` goes to every run as it is, and wins over the tool's own settings: no KL
 (--algo.kl.init_coef 0), OpenRLHF's token-mean loss, one optimizer step per rollout batch (--train.batch_size =
-prompts x G), a constant lr, no checkpoints kept. More steps than one pass over the prompts are OpenRLHF episodes.
-Runs are resumable: a finished run made with the same settings is kept, one made with others is refused, naming the
-flag. The report (`report.md`, `report.json` under --out, with the runs' settings) gives each method minus GRPO on
+prompts x G), a constant lr, a checkpoint every --save_every steps (kept until the run
+finished, then deleted with its final model). More steps than one pass over the prompts are OpenRLHF episodes.
+Runs are resumable: a finished run made with the same settings is kept, one made with others (or with other method
+flags) is refused, naming the flag; a run that stopped goes on from its newest checkpoint. A run that fails is
+reported and the others go on; the command then exits 1, listing the failed runs. The report (`report.md`, `report.json` under --out, with the runs' settings) gives each method minus GRPO on
 the same held-out prompts, pooled and per source, per seed and over seeds with a 95% interval, and what each method's
 runs saw at their first step. Run on the CPU only so far (the tiny model in tests/test_compare.py); not on a GPU. The
 cost of a run at the paper's size: docs/gpu-recipe.md.
@@ -48,6 +50,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--eval_every", type=int, default=d.eval_every)
+    p.add_argument("--save_every", type=int, default=d.save_every,
+                   help="a checkpoint every this many steps (0: none), the two newest kept until the run finished: a "
+                        "rerun of a run that stopped goes on from its newest")
     p.add_argument("--device", default=d.device, choices=["auto", "cuda", "cpu"], help="--copo.device of every run")
     p.add_argument("--out", type=Path, required=True, help="one folder per run, and the report")
     p.add_argument("--report_only", action="store_true", help="run nothing: the report of the finished runs")
@@ -75,9 +80,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         model=args.model, start=args.start_checkpoint, train=args.train_data, test=args.eval_data,
         samples_per_prompt=args.samples_per_prompt, prompts_per_step=args.prompts_per_step, steps=args.steps,
         lr=args.lr, eval_every=args.eval_every, reward=args.reward, input_key=args.input_key,
-        label_key=args.label_key, device=args.device, extra=extra)
-    return write_report(args.out, compare.run_all(setting, methods, args.seeds, args.out), methods,
-                        args.samples_per_prompt)
+        label_key=args.label_key, device=args.device, extra=extra, save_every=args.save_every)
+    infos = compare.run_all(setting, methods, args.seeds, args.out)
+    if infos:
+        write_report(args.out, infos, methods, args.samples_per_prompt)
+    return exit_status(compare.failed_runs(args.out, methods, args.seeds))
+
+
+def exit_status(failed: List[dict]) -> int:
+    """0, or 1 after listing the runs that failed (each with its exit code and log), the last lines of the output."""
+    for f in failed:
+        print(f"failed: {f['run']} (exit {f['returncode']}); log: {f['log']}", file=sys.stderr)
+    if failed:
+        print(f"{len(failed)} run(s) failed; the report covers the finished ones; rerun the command to go on from "
+              "their checkpoints", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def write_report(out: Path, infos: List[dict], methods: List[str], samples_per_prompt: int) -> int:
