@@ -99,19 +99,19 @@ def _die_with_parent() -> None:
 
 def end_group(child: subprocess.Popen, grace: float = 30.0) -> None:
     """The child's process group ended: SIGTERM, then SIGKILL after ``grace`` seconds (Ray's driver shuts its
-    local cluster down on SIGTERM)."""
-    if child.poll() is not None:
-        return
+    local cluster down on SIGTERM); whatever of the group outlives the child is killed."""
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        if child.poll() is not None:
+            break
         try:
             os.killpg(child.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
             child.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
+        except (ProcessLookupError, subprocess.TimeoutExpired):
             continue
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def run_child(cmd: Sequence[str], log: Path, lock: RunLock, env: Optional[dict] = None, append: bool = False) -> int:
