@@ -193,23 +193,31 @@ _SEEDED_ATTR = "__openrlhf_copo_seeded__"
 def apply_seeded_dispatch() -> None:
     """Patch 7's trainer side, in Ray workers only, under `--copo.seeded_rollouts`: `_dispatch_prompts_to_vllm` sends
     each prompt's request through `_StampingEngine`, so it carries the run's draw index for that prompt."""
+    _around_dispatch(_SEEDED_ATTR, "vllm_engines",
+                     lambda generator, engines: [_StampingEngine(e, DrawCounter.of(generator)) for e in engines])
+
+
+def _around_dispatch(marker: str, attribute: str, replace) -> None:
+    """`SamplesGenerator._dispatch_prompts_to_vllm` run with the generator's ``attribute`` replaced by
+    ``replace(generator, value)`` for the call (patches 7 and 9: what OpenRLHF's dispatch reads of it), once per
+    ``marker``."""
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
     original = SamplesGenerator._dispatch_prompts_to_vllm
-    if getattr(original, _SEEDED_ATTR, False):
+    if getattr(original, marker, False):
         return
     check_symbol("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._dispatch_prompts_to_vllm")
 
     @functools.wraps(original)
     def _dispatch_prompts_to_vllm(self, *args, **kwargs):
-        engines, counter = self.vllm_engines, DrawCounter.of(self)
-        self.vllm_engines = [_StampingEngine(e, counter) for e in engines]
+        kept = getattr(self, attribute)
+        setattr(self, attribute, replace(self, kept))
         try:
             return original(self, *args, **kwargs)
         finally:
-            self.vllm_engines = engines
+            setattr(self, attribute, kept)
 
-    setattr(_dispatch_prompts_to_vllm, _SEEDED_ATTR, True)
+    setattr(_dispatch_prompts_to_vllm, marker, True)
     SamplesGenerator._dispatch_prompts_to_vllm = _dispatch_prompts_to_vllm
 
 
@@ -262,22 +270,5 @@ def _tokenizer_at(path: str, settings: tuple):
 
 def apply_tokenizer_by_path() -> None:
     """Patch 9, in Ray workers only: `SamplesGenerator._dispatch_prompts_to_vllm` sends `TokenizerByPath` where
-    OpenRLHF sends the tokenizer itself with every prompt."""
-    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
-
-    original = SamplesGenerator._dispatch_prompts_to_vllm
-    if getattr(original, PATCHED_ATTR, False):
-        return
-    check_symbol("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._dispatch_prompts_to_vllm")
-
-    @functools.wraps(original)
-    def _dispatch_prompts_to_vllm(self, *args, **kwargs):
-        tokenizer = self.tokenizer
-        self.tokenizer = TokenizerByPath.of(tokenizer)  # read by the original's `.remote(hf_tokenizer=...)` only
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            self.tokenizer = tokenizer
-
-    setattr(_dispatch_prompts_to_vllm, PATCHED_ATTR, True)
-    SamplesGenerator._dispatch_prompts_to_vllm = _dispatch_prompts_to_vllm
+    OpenRLHF sends the tokenizer itself with every prompt (read by the original's `.remote(hf_tokenizer=...)` only)."""
+    _around_dispatch(PATCHED_ATTR, "tokenizer", lambda generator, tokenizer: TokenizerByPath.of(tokenizer))
