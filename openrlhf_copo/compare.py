@@ -18,7 +18,9 @@ gradient) is reported beside it: the regime the comparison was made in.
 
 Each run records its settings (`settings_of`, by the flag that sets each) in its ``done.json``: a rerun keeps a
 finished run only if they are the command's, and a report pairs only runs whose settings agree, naming the flag
-that differs otherwise. More steps than one pass over the prompts are OpenRLHF episodes (`train_file`).
+that differs otherwise; the method's flags (``method_flags``) likewise. A run saves a checkpoint every
+`Setting.save_every` steps; one that stopped goes on from its newest on a rerun, and one that failed is recorded
+while the others go on (`run_one`, `run_all`; the process side in `compare_runs`). More steps than one pass over the prompts are OpenRLHF episodes (`train_file`).
 
 The CPU benchmark's settings are presets of this (benchmarks/learning_curve.py); on a GPU cluster the same tool
 takes your model, data, G, prompts per step, steps, learning rate, start checkpoint and any OpenRLHF flag. It has

@@ -8,14 +8,14 @@
 Each (method, seed) is one `train_ppo_ray` run with the same flags but the method's (`openrlhf_copo.compare`);
 everything after `--` goes to every run as it is, and wins over the tool's own settings: no KL
 (--algo.kl.init_coef 0), OpenRLHF's token-mean loss, one optimizer step per rollout batch (--train.batch_size =
-prompts x G), a constant lr, a checkpoint every --save_every steps (kept until the run
-finished, then deleted with its final model). More steps than one pass over the prompts are OpenRLHF episodes.
-Runs are resumable: a finished run made with the same settings is kept, one made with others (or with other method
-flags) is refused, naming the flag; a run that stopped goes on from its newest checkpoint. A run that fails is
-reported and the others go on; the command then exits 1, listing the failed runs. The report (`report.md`, `report.json` under --out, with the runs' settings) gives each method minus GRPO on
-the same held-out prompts, pooled and per source, per seed and over seeds with a 95% interval, and what each method's
-runs saw at their first step. Run on the CPU only so far (the tiny model in tests/test_compare.py); not on a GPU. The
-cost of a run at the paper's size: docs/gpu-recipe.md.
+prompts x G), a constant lr, a checkpoint every --save_every steps (kept until the run finished, then deleted with
+its final model). More steps than one pass over the prompts are OpenRLHF episodes. Runs are resumable: a finished
+run made with the same settings is kept, one made with others (or with other method flags) is refused, naming the
+flag; a run that stopped goes on from its newest checkpoint. A run that fails is reported and the others go on; the
+command then exits 1, listing the failed runs. The report (`report.md`, `report.json` under --out, with the runs'
+settings) gives each method minus GRPO on the same held-out prompts, pooled and per source, per seed and over seeds
+with a 95% interval, and what each method's runs saw at their first step. Run on the CPU only so far (the tiny
+model in tests/test_compare.py); not on a GPU. The cost of a run at the paper's size: docs/gpu-recipe.md.
 """
 
 from __future__ import annotations
