@@ -20,9 +20,12 @@ gradient) is reported beside it: the regime the comparison was made in.
 
 Each run records its settings (`settings_of`, by the flag that sets each) in its ``done.json``: a rerun keeps a
 finished run only if they are the command's, and a report pairs only runs whose settings agree, naming the flag
-that differs otherwise. Every run draws steps x prompts per step prompts, as many distinct ones as the data and the
-steps allow (`prompt_plan`). Flags after -- that would redefine a method or one of the tool's settings are refused
-before any run (`check_extra`); `plan` is the whole sweep, printed before anything runs (--dry_run).
+that differs otherwise; the method's flags (``method_flags``) likewise. Every run draws steps x prompts per step
+prompts, as many distinct ones as the data and the steps allow (`prompt_plan`). Flags after -- that would redefine a
+method or one of the tool's settings are refused before any run (`check_extra`); `plan` is the whole sweep, printed
+before anything runs (--dry_run). A run saves a checkpoint every `Setting.save_every` steps; one that stopped goes on
+from its newest on a rerun, and one that failed is recorded while the others go on (`run_one`, `run_all`; the process
+side in `compare_runs`).
 
 The CPU benchmark's settings are presets of this (benchmarks/learning_curve.py); on a GPU cluster the same tool
 takes your model, data, G, prompts per step, steps, learning rate, start checkpoint and any OpenRLHF flag. It has
@@ -37,7 +40,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -122,6 +124,9 @@ class Setting:
     device: str = "auto"
     #: Any other train_ppo_ray flags, after the tool's own (so they win): engines, GPUs, lengths, ZeRO, ...
     extra: List[str] = field(default_factory=list)
+    #: A checkpoint every this many steps (0: none), the two newest kept: a rerun of a run that stopped goes on from
+    #: its newest (`run_one`). Not one of the settings a run records (`FLAGS`): it changes no result.
+    save_every: int = 10
 
 
 def rho_keeping_every_split(G: int, gamma: float = 20.0, base: float = 2.0, w_min: float = 0.99) -> float:
@@ -218,7 +223,7 @@ def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: P
     """The train_ppo_ray command line of one run: the method's flags, the paired flags, the setting's (`FIXED`), then
     ``setting.extra`` (which wins over what precedes it), then the seed."""
     P, G = setting.prompts_per_step, setting.samples_per_prompt
-    scratch = directory / "scratch"  # checkpoints, the final model, tensorboard: deleted after the run
+    scratch = directory / "scratch"  # checkpoints, the final model: kept until the run finished
     base = [
         "--actor.model_name_or_path", setting.start or setting.model,
         "--reward.remote_url", str(setting.reward),
@@ -229,7 +234,8 @@ def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: P
         "--actor.adam.lr", str(setting.lr), "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
         "--algo.kl.use_loss", "--algo.kl.init_coef", "0",
         "--train.num_episodes", str(episodes), "--train.max_epochs", "1",
-        "--ckpt.save_steps", "-1", "--ckpt.path", str(scratch / "ckpt"), "--ckpt.output_dir", str(scratch / "model"),
+        *checkpoint_flags(setting.save_every), "--ckpt.path", str(scratch / "ckpt"),
+        "--ckpt.output_dir", str(scratch / "model"),
         "--logger.logging_steps", "1", "--copo.metrics_file", str(directory / "metrics.jsonl"),
         "--copo.device", setting.device,
     ]
@@ -250,7 +256,9 @@ TOOL_FLAGS = {"--actor.model_name_or_path": "--model/--start_checkpoint", "--rew
               "--rollout.n_samples_per_prompt": "--samples_per_prompt", "--eval.dataset": "--eval_data",
               "--eval.steps": "--eval_every", "--actor.adam.lr": "--lr", "--train.num_episodes": "--steps",
               "--train.seed": "--seeds", "--copo.device": "--device", "--copo.metrics_file": "--out",
-              "--data.max_samples": "--steps x --prompts_per_step (the prompt file the tool writes)"}
+              "--data.max_samples": "--steps x --prompts_per_step (the prompt file the tool writes)",
+              "--ckpt.save_steps": "--save_every", "--ckpt.path": "--out (each run's scratch/ckpt)",
+              "--ckpt.output_dir": "--out (each run's scratch/model)"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -358,7 +366,8 @@ def start_fingerprint(start: str) -> str:
 
 
 def is_finished(directory: Path) -> bool:
-    """A run finished when its folder has both its marker and its metrics; a folder without them is redone whole."""
+    """A run finished when its folder has both its marker and its metrics; a folder without them is redone, from
+    its newest checkpoint where it has one."""
     return (directory / "done.json").exists() and (directory / "metrics.jsonl").exists()
 
 
@@ -392,49 +401,135 @@ def settings_differ(recorded: dict, wanted: dict) -> Optional[tuple]:
                 None)
 
 
+def checkpoint_flags(save_every: int) -> List[str]:
+    """OpenRLHF's checkpoint flags of a run: a checkpoint every ``save_every`` steps (none at 0), the two newest kept
+    (a run killed while writing one still has the one before), no best-metric checkpoints (a comparison keeps no
+    model), and loaded when there is one (`--ckpt.load_enable`: a rerun goes on from it, `run_one`)."""
+    every = ["--ckpt.save_steps", str(save_every), "--ckpt.max_num", "2"] if save_every > 0 else \
+        ["--ckpt.save_steps", "-1"]
+    return every + ["--ckpt.best_metric_key", "none", "--ckpt.load_enable"]
+
+
+def due_evaluations(setting: Setting, step0: bool):
+    """The steps up to a given step whose evaluation a run makes: 0 (the seed's first run), every --eval_every, and
+    the last step."""
+    def due(step: int) -> List[int]:
+        every = [s for s in range(1, step + 1) if s % setting.eval_every == 0]
+        return ([0] if step0 else []) + every + ([step] if step >= setting.steps and step not in every else [])
+    return due
+
+
+def method_flags_differ(directory: Path, info: dict, method: str) -> Optional[str]:
+    """Why a finished run may not stand for ``method`` now: its recorded flags (done.json's ``method_flags``) are not
+    `METHODS[method]` (the method was redefined since); None when they are, or when none were recorded."""
+    then = info.get("method_flags")
+    if then is None or then == METHODS[method]:
+        return None
+    return (f"{directory} was made with {method}'s flags {' '.join(then)}, and {method} is now "
+            f"{' '.join(METHODS[method])}: use another --out, or delete {directory} to rerun it")
+
+
+def check_finished_run(directory: Path, info: dict, method: str, settings: dict) -> None:
+    """Refuses to keep a finished run made with other settings (naming the flag) or other method flags; one finished
+    before settings were recorded is kept with a warning."""
+    if "settings" not in info:
+        print(f"{directory}: kept, but made before runs recorded their settings: check it was made with this "
+              "command", file=sys.stderr)
+    elif settings_differ(info["settings"], settings):
+        flag, then, now = settings_differ(info["settings"], settings)
+        raise SystemExit(f"{directory} finished with {flag} {then!r}, this command has {now!r}: use another "
+                         f"--out, or delete {directory} to rerun it")
+    differ = method_flags_differ(directory, info, method)
+    if differ:
+        raise SystemExit(differ)
+
+
+#: What a run records when it starts (its settings and method flags): a rerun goes on from its checkpoints only if
+#: they are the command's.
+STARTED = "started.json"
+#: What a run that failed records: its exit code and log (removed when a rerun finishes it).
+FAILED = "failed.json"
+
+
+def prepare_run_folder(directory: Path, setting: Setting, record: dict, step0: bool) -> Optional[int]:
+    """The run folder made ready for a run: the step it goes on from (`compare_runs.resume_step`: its newest usable
+    checkpoint, made with the same settings and method flags), or None after clearing it for a run from the start."""
+    from openrlhf_copo.compare_runs import resume_step
+
+    started = directory / STARTED
+    same = started.exists() and json.loads(started.read_text()) == record
+    step = resume_step(directory, directory / "scratch" / "ckpt" / "_actor", due_evaluations(setting, step0)) \
+        if same else None
+    if step is None:
+        if directory.exists():
+            for p in directory.glob("*"):
+                if p.is_file():
+                    p.unlink()
+        shutil.rmtree(directory / "scratch", ignore_errors=True)
+        directory.mkdir(parents=True, exist_ok=True)
+        with atomic_path(started) as tmp:
+            tmp.write_text(json.dumps(record))
+    return step
+
+
 def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) -> dict:
-    """One run, unless it finished before (its `done.json`): a rerun resumes the comparison where it stopped. A finished
-    run made with other settings (done.json's ``settings``) is refused, naming the flag; one finished before settings
-    were recorded is kept with a warning."""
+    """One run, unless it finished before (its `done.json`): a rerun resumes the comparison where it stopped, and a
+    run that stopped goes on from its own newest checkpoint (`Setting.save_every`). A finished run made with other
+    settings (done.json's ``settings``) or other method flags is refused, naming them; one finished before settings
+    were recorded is kept with a warning. A folder whose training child is still running is not touched
+    (`compare_runs.RunLock`). A run that fails raises `compare_runs.RunFailed`, its checkpoints kept."""
+    from openrlhf_copo.compare_runs import RunFailed, RunLock, check_steps, run_child
+
     directory = run_dir(out, method, seed)
     marker = directory / "done.json"
     settings = settings_of(setting)
     if is_finished(directory):
         info = json.loads(marker.read_text())
-        if "settings" not in info:
-            print(f"{directory}: kept, but made before runs recorded their settings: check it was made with this "
-                  "command", file=sys.stderr)
-        elif settings_differ(info["settings"], settings):
-            flag, then, now = settings_differ(info["settings"], settings)
-            raise SystemExit(f"{directory} finished with {flag} {then!r}, this command has {now!r}: use another "
-                             f"--out, or delete {directory} to rerun it")
+        check_finished_run(directory, info, method, settings)
         return info
-    if directory.exists():
-        for p in directory.glob("*"):
-            if p.is_file():
-                p.unlink()
-    directory.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(directory)
+    lock.refuse_if_running()
+    resumed = prepare_run_folder(directory, setting, {"settings": settings, "method_flags": METHODS[method]}, step0)
     train, episodes = train_file(setting, out)
     argv = run_argv(setting, method, seed, directory, train, step0, episodes)
+    log = directory / "train.log"
+    if resumed:
+        with open(log, "a") as f:
+            f.write(f"\nopenrlhf_copo.compare: going on from the checkpoint of step {resumed}\n")
     t0 = time.time()
-    with open(directory / "train.log", "w") as log:
-        rc = subprocess.call([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], stdout=log,
-                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    rc = run_child([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], log, lock,
+                   env={**os.environ, "PYTHONUNBUFFERED": "1"}, append=bool(resumed))
     wall = time.time() - t0
-    shutil.rmtree(directory / "scratch", ignore_errors=True)
-    if rc != 0:
-        raise SystemExit(f"[{method} seed {seed}] failed (exit {rc}); log: {directory / 'train.log'}")
+    wrong = check_steps(directory / "metrics.jsonl") if rc == 0 else None
+    if rc != 0 or wrong:
+        raise RunFailed(f"[{method} seed {seed}] failed ({f'exit {rc}' if rc else wrong}); log: {log}", rc or 1, log)
     info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1), "settings": settings,
             "method_flags": METHODS[method], "episodes": episodes, "prompts": prompt_plan(setting, out)}
+    if resumed:
+        info["resumed_from_step"] = resumed
     if setting.start:
         info["start_sha256"] = start_fingerprint(setting.start)
-    marker.write_text(json.dumps(info))
+    with atomic_path(marker) as tmp:
+        tmp.write_text(json.dumps(info))
+    shutil.rmtree(directory / "scratch", ignore_errors=True)  # only now: a failed run keeps its checkpoints
+    (directory / FAILED).unlink(missing_ok=True)
     return info
 
 
+def record_failure(directory: Path, failure) -> None:
+    """`FAILED` in the run folder: the exit code, the log and when."""
+    with atomic_path(directory / FAILED) as tmp:
+        tmp.write_text(json.dumps({"returncode": failure.returncode, "log": str(failure.log), "message": str(failure),
+                                   "time": time.strftime("%Y-%m-%d %H:%M:%S")}))
+
+
 def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path) -> List[dict]:
-    """Every (method, seed), seed by seed; the first method of a seed makes its step-0 evaluation."""
+    """Every (method, seed), seed by seed; the first method of a seed makes its step-0 evaluation. A run that fails
+    is said on stderr and recorded in its folder (`FAILED`), and the sweep goes on: the markers returned are the
+    finished runs', and `failed_runs` lists the others."""
     from tqdm import tqdm
+
+    from openrlhf_copo.compare_runs import RunFailed
 
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -444,7 +539,13 @@ def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out:
     infos = []
     for method, seed, step0 in tqdm(plan, desc="runs", unit="run"):
         kept = is_finished(run_dir(out, method, seed))
-        info = run_one(setting, method, seed, out, step0)
+        try:
+            info = run_one(setting, method, seed, out, step0)
+        except RunFailed as failure:
+            record_failure(run_dir(out, method, seed), failure)
+            print(f"{failure} (recorded in {run_dir(out, method, seed) / FAILED}; going on with the next run)",
+                  file=sys.stderr, flush=True)
+            continue
         infos.append(info)
         minutes = info["wall_seconds"] / 60
         # a kept run says so: its time is the one it took when it ran, not this command's
@@ -536,6 +637,13 @@ def plan_text(p: dict) -> str:
     return "\n".join(lines)
 
 
+def failed_runs(out: Path, methods: Sequence[str], seeds: Sequence[int]) -> List[dict]:
+    """The failure records (`FAILED`) of the runs of ``methods`` x ``seeds`` that have not finished since."""
+    folders = [run_dir(out, m, s) for s in seeds for m in methods]
+    return [{"run": f.name, **json.loads((f / FAILED).read_text())} for f in folders
+            if (f / FAILED).exists() and not is_finished(f)]
+
+
 def finished_runs(out: Path, methods: Optional[Sequence[str]] = None,
                   seeds: Optional[Sequence[int]] = None) -> List[dict]:
     """The markers of the finished runs under ``out`` (of ``methods`` and ``seeds`` when given), the baseline's first."""
@@ -543,6 +651,15 @@ def finished_runs(out: Path, methods: Optional[Sequence[str]] = None,
              if is_finished(p.parent)]
     infos = [i for i in infos if (methods is None or i["method"] in methods) and (seeds is None or i["seed"] in seeds)]
     return sorted(infos, key=lambda i: (i["method"] != BASELINE, i["seed"], i["method"]))
+
+
+def check_same_method_flags(out: Path, infos: List[dict]) -> None:
+    """Refuses a report that would pair runs whose recorded method flags (done.json's ``method_flags``) are not their
+    method's flags now (`METHODS`): runs of a method made before and after it was redefined."""
+    for info in infos:
+        differ = method_flags_differ(run_dir(out, info["method"], info["seed"]), info, info["method"])
+        if differ:
+            raise SystemExit(f"{out}: no report pairs it: {differ}")
 
 
 def mean_se(values: Sequence[float]) -> tuple:
@@ -754,6 +871,7 @@ def report(out: Path, infos: List[dict], baseline: str = BASELINE, samples_per_p
     runs' recorded G, else ``samples_per_prompt``); the settings the runs share, the prompts each run drew, and the
     runs under ``out`` that were ``left_out`` (by --methods / --seeds)."""
     check_same_start(out, infos, baseline)
+    check_same_method_flags(out, infos)
     settings = check_same_settings(out, infos)
     G = samples_per_prompt_of(out, settings, samples_per_prompt)
     runs = [read_run(out, i) for i in infos]

@@ -41,7 +41,7 @@ def test_each_run_is_the_method_the_paired_flags_the_setting_then_the_users_flag
     assert (a.rollout.batch_size, a.rollout.n_samples_per_prompt, a.train.batch_size) == (8, 6, 48)
     assert a.rollout.max_new_tokens == 512 and a.train.max_epochs == 2  # the user's flags win over the defaults
     assert a.copo.metrics_file == str(tmp_path / "ngrpo-seed3" / "metrics.jsonl")
-    assert a.ckpt.save_steps == -1 and Path(a.ckpt.output_dir).parent.name == "scratch"
+    assert a.ckpt.save_steps == 10 and a.ckpt.load_enable and Path(a.ckpt.output_dir).parent.name == "scratch"
     later = load_args(compare.run_argv(s, "dapo", 3, tmp_path / "dapo-seed3", tmp_path / "train.jsonl", step0=False))
     assert not later.copo.eval_before_train  # the seed's step-0 evaluation is made once
     assert later.algo.advantage.estimator == "group_norm" and later.copo.same_pipeline

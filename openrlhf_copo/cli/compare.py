@@ -6,17 +6,20 @@ docs/gpu-recipe.md, "Comparing methods at the paper's size".
 Each (method, seed) is one `train_ppo_ray` run with the same flags but the method's (`openrlhf_copo.compare`);
 everything after `--` goes to every run as it is, and wins over the tool's defaults: no KL (--algo.kl.init_coef 0),
 OpenRLHF's token-mean loss, one optimizer step per rollout batch (--train.batch_size = prompts x G), a constant lr,
-no checkpoints kept. A flag after `--` that would redefine a method (`--copo.rho` of copo_selective_rho04), the
-paired flags or one of the tool's own (`--rollout.n_samples_per_prompt` for --samples_per_prompt) is refused before
-any run starts. Every run draws steps x prompts per step prompts, from as many distinct ones as the data and the
-steps allow (`compare.prompt_plan`). `--dry_run` prints every run's command, the prompts and passes, the held-out
-sources and the estimated cost, and starts nothing. Runs are resumable: a finished run made with the same settings
-is kept, one made with others is refused, naming the flag. The report (`report.md`, `report.json` under --out, with
-the runs' settings and prompts) gives each method minus GRPO on the same held-out prompts, pooled and per source,
-per seed and with a 95% interval (over seeds, or over one seed's prompts: each says which), what the seeds could
-detect and how many seeds a difference would need, and what each method's runs saw at their first step.
-`--report_only` reports the finished runs under --out at their recorded settings. Run on the CPU only so far (the
-tiny model in tests/test_compare.py); not on a GPU. The cost of a run at the paper's size: docs/gpu-recipe.md.
+a checkpoint every --save_every steps (kept until the run finished, then deleted with its final model). A flag after
+`--` that would redefine a method (`--copo.rho` of copo_selective_rho04), the paired flags or one of the tool's own
+(`--rollout.n_samples_per_prompt` for --samples_per_prompt) is refused before any run starts. Every run draws steps
+x prompts per step prompts, from as many distinct ones as the data and the steps allow (`compare.prompt_plan`).
+`--dry_run` prints every run's command, the prompts and passes, the held-out sources and the estimated cost, and
+starts nothing. Runs are resumable: a finished run made with the same settings is kept, one made with others (or
+with other method flags) is refused, naming the flag; a run that stopped goes on from its newest checkpoint. A run
+that fails is reported and the others go on; the command then exits 1, listing the failed runs. The report
+(`report.md`, `report.json` under --out, with the runs' settings and prompts) gives each method minus GRPO on the
+same held-out prompts, pooled and per source, per seed and with a 95% interval (over seeds, or over one seed's
+prompts: each says which), what the seeds could detect and how many seeds a difference would need, and what each
+method's runs saw at their first step. `--report_only` reports the finished runs under --out at their recorded
+settings. Run on the CPU only so far (the tiny model in tests/test_compare.py); not on a GPU. The cost of a run at
+the paper's size: docs/gpu-recipe.md.
 """
 
 from __future__ import annotations
@@ -76,6 +79,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=d.lr, help="learning rate (--actor.adam.lr), constant")
     p.add_argument("--eval_every", type=int, default=d.eval_every, help="held-out evaluation every N steps, and "
                                                                           "after the last")
+    p.add_argument("--save_every", type=int, default=d.save_every,
+                   help="a checkpoint every this many steps (0: none), the two newest kept until the run finished: a "
+                        "rerun of a run that stopped goes on from its newest")
     p.add_argument("--device", default=d.device, choices=["auto", "cuda", "cpu"], help="--copo.device of every run")
     p.add_argument("--target_difference", nargs="+", type=float, default=list(compare.TARGET_DIFFERENCES),
                    help="differences the report sizes the seeds for: how many seeds each would need at the runs' "
@@ -111,12 +117,25 @@ def main(argv: Optional[List[str]] = None) -> int:
         model=args.model, start=args.start_checkpoint, train=args.train_data, test=args.eval_data,
         samples_per_prompt=args.samples_per_prompt or compare.Setting.samples_per_prompt,
         prompts_per_step=args.prompts_per_step, steps=args.steps, lr=args.lr, eval_every=args.eval_every,
-        reward=args.reward, input_key=args.input_key, label_key=args.label_key, device=args.device, extra=extra)
+        reward=args.reward, input_key=args.input_key, label_key=args.label_key, device=args.device, extra=extra,
+        save_every=args.save_every)
     if args.dry_run:
         print(compare.plan_text(compare.plan(setting, methods, seeds, args.out)))
         return 0
-    return write_report(args.out, compare.run_all(setting, methods, seeds, args.out), setting.samples_per_prompt,
-                        args.target_difference)
+    infos = compare.run_all(setting, methods, seeds, args.out)
+    if infos:
+        write_report(args.out, infos, setting.samples_per_prompt, args.target_difference)
+    return exit_status(compare.failed_runs(args.out, methods, seeds))
+
+
+def exit_status(failed: List[dict]) -> int:
+    """0, or 1 after listing the runs that failed (each with its exit code and log), the last lines of the output."""
+    for f in failed:
+        print(f"failed: {f['run']} (exit {f['returncode']}); log: {f['log']}", file=sys.stderr)
+    if failed:
+        print(f"{len(failed)} run(s) failed; the report covers the finished ones; rerun the command to go on from "
+              "their checkpoints", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def report_only(args) -> int:

@@ -144,7 +144,7 @@ class CopoSettings:
     seeded_rollouts: bool = _setting(
         False, scope=ANY_ESTIMATOR,
         help="sample every response with its own vLLM seed, a hash of --train.seed, the prompt and"
-             " how many responses the engine sampled for it before: two runs from the same weights"
+             " how many responses the run sampled for it before: two runs from the same weights"
              " draw the same responses whatever else shares vLLM's batch (OpenRLHF's draws depend "
              "on batching and arrival order), e.g. the same first rollout batch for two methods "
              "compared (any estimator)")

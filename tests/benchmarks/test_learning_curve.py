@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from openrlhf_copo import compare
 from openrlhf_copo.cli.train_ppo_ray import load_args
 
 def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
@@ -20,7 +21,8 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
         assert a.copo.eval_before_train == (m == "copo")
         assert a.data.max_samples >= lc.job.N_TEST  # no cap: OpenRLHF would apply it to the held-out set too
         assert a.data.prompt_dataset == str(tmp_path / "train.jsonl") and a.eval.dataset == str(tmp_path / "test.jsonl")
-        assert a.ckpt.save_steps == -1 and not a.ckpt.load_enable
+        # the tool's checkpoints (issue 49): every save_every steps, loaded by a rerun of a run that stopped
+        assert a.ckpt.save_steps == compare.Setting.save_every and a.ckpt.load_enable
         assert a.ds.zero_stage == 2  # the committed runs' settings, whatever the demo's
         assert a.rollout.n_samples_per_prompt == lc.SAMPLES_PER_PROMPT == 4
         assert (a.train.batch_size, a.train.micro_batch_size) == (lc.job.PROMPTS_PER_STEP * 4, 8)
@@ -58,7 +60,9 @@ def test_the_mixed_preset_trains_as_the_committed_runs_did(lc, tmp_path):
     each method's command line gives OpenRLHF and COPO exactly the arguments of the command line the committed runs
     were made with (the demo's job at G = 4, ZeRO-2, micro-batch 8, checkpoints and tensorboard in a scratch folder,
     that line's paired flags; written out here as it was), but for the tensorboard folder, which the tool does not
-    set. The flags added since (--copo.same_pipeline, --copo.push_metrics) restore what every run had then."""
+    set, and for the checkpoints the tool has saved since issue 49 (every save_every steps, loaded by a rerun of a
+    run that stopped), which change what is written, not what is trained. The flags added since
+    (--copo.same_pipeline, --copo.push_metrics) restore what every run had then."""
     def committed(method, seed, run_dir):
         argv = lc.job.default_argv("model", tmp_path / "train.jsonl", tmp_path / "test.jsonl", run_dir, "copo")[2:]
         if method != "copo":
@@ -86,7 +90,8 @@ def test_the_mixed_preset_trains_as_the_committed_runs_did(lc, tmp_path):
         new = flat(load_args(lc.run_argv(method, 2, 6, 3, "model", tmp_path / "train.jsonl", tmp_path / "test.jsonl",
                                          run_dir)))
         differ = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
-        assert differ == {"logger.tensorboard_dir"}, {k: (old.get(k), new.get(k)) for k in differ}
+        checkpoints = {"ckpt.save_steps", "ckpt.max_num", "ckpt.load_enable"}
+        assert differ - checkpoints == {"logger.tensorboard_dir"}, {k: (old.get(k), new.get(k)) for k in differ}
 
 
 def _write_run(out: Path, method: str, seed: int, evals, steps, outcomes=None):

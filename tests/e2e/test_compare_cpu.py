@@ -4,8 +4,11 @@ same command has not been run)."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +82,66 @@ def test_the_report_pairs_copo_with_grpo_and_a_rerun_resumes(compared):
     assert again.stdout.count("kept: finished before") == 2 and "done in" not in again.stdout
     assert first.stdout.count("done in") == 2 and "kept: finished before" not in first.stdout
     assert (out / "report.md").read_text() == text
+
+
+def session_members(sid: int) -> list:
+    """The pids of the processes of session ``sid`` (the training child's own session: `compare_runs.run_child`)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def test_a_killed_compare_ends_its_run_and_the_rerun_goes_on_from_its_checkpoint(tmp_path):
+    """Issue 49 item 6 through the real pipeline: a compare killed (SIGTERM) after its run saved a checkpoint ends
+    the run's whole process group; the same command again goes on from that checkpoint: the steps up to it are not
+    made again (their metrics rows are those written before the kill), the steps after it are, and the metrics file
+    holds every step once."""
+    model = tiny_qwen2(tmp_path / "tiny-model")
+    write_prompts(tmp_path / "train.jsonl", 8)
+    write_prompts(tmp_path / "test.jsonl", 12)
+    held_out = (tmp_path / "test.jsonl").read_text().splitlines()[8:]
+    (tmp_path / "test.jsonl").write_text("\n".join(held_out) + "\n")
+    out = tmp_path / "out"
+    run = out / "grpo-seed0"
+    cmd = [sys.executable, "-m", "openrlhf_copo.cli.compare", "--model", model, "--train_data",
+           str(tmp_path / "train.jsonl"), "--eval_data", str(tmp_path / "test.jsonl"), "--reward",
+           str(REPO / "tests" / "fixtures" / "parity_reward.py"), "--methods", "grpo", "--seeds", "0",
+           "--samples_per_prompt", "4", "--prompts_per_step", "2", "--steps", "4", "--eval_every", "4",
+           "--save_every", "1", "--lr", "3e-3", "--out", str(out), "--", *CPU_FLAGS]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    log = open(tmp_path / "first.log", "w")
+    first = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    latest = run / "scratch" / "ckpt" / "_actor" / "latest"
+    deadline = time.time() + 900
+    while not latest.exists():
+        assert first.poll() is None and time.time() < deadline, (tmp_path / "first.log").read_text()[-3000:]
+        time.sleep(0.5)
+    child = json.loads((run / "run.lock").read_text())["pid"]
+    killed_at = time.time()
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=120) != 0
+    while session_members(child) and time.time() < killed_at + 60:
+        time.sleep(0.5)
+    assert not session_members(child) and not (run / "run.lock").exists()  # the run's processes ended with it
+    assert not (run / "done.json").exists() and latest.exists()  # unfinished, its checkpoints kept
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    info = json.loads((run / "done.json").read_text())
+    resumed = info["resumed_from_step"]
+    assert 1 <= resumed < 4
+    assert f"going on from the checkpoint of step {resumed}" in (run / "train.log").read_text()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if not r.get("eval")]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert [r["step"] for r in rows if r.get("eval")] == [0, 4]
+    assert all(r["time"] < killed_at for r in steps if r["step"] <= resumed)  # not made again
+    assert all(r["time"] > killed_at for r in steps if r["step"] > resumed)
+    assert [r["prompts_consumed"] for r in steps] == [2, 4, 6, 8]  # the prompts drawn go on from the checkpoint
+    assert not (run / "scratch").exists()  # deleted once the run finished

@@ -10,7 +10,7 @@ patch  module         what it changes in OpenRLHF 0.11.2                  why
  6     evaluation     BasePPOTrainer.init_checkpoint_states               --copo.eval_before_train; watches the prompts
                     SamplesGenerator.generate_samples                   for --copo.eval_after_train
  7     rollout        Single/MultiTurnAgentExecutor.execute               each response's engine seed;
-                                                                          --copo.seeded_rollouts
+                      (+ SamplesGenerator._dispatch_prompts_to_vllm)      --copo.seeded_rollouts (the run's draw index)
  8     evaluation     SamplesGenerator.generate_eval_samples              held-out prompts in one vLLM call per pass
  9     rollout        SamplesGenerator._dispatch_prompts_to_vllm          the tokenizer travels as its path
 10     prompt_order   prepare_datasets                                    the prompts' order comes from --train.seed
@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 from typing import FrozenSet
 
-from openrlhf_copo.contract import PATCHES_ENV
+from openrlhf_copo.contract import PATCHES_ENV, ROLLOUT_SEED_ENV
 from openrlhf_copo.openrlhf_ext.runtime_patches import evaluation, metrics_file, prompt_order, rollout
 from openrlhf_copo.openrlhf_ext.runtime_patches.copo import (after_training_step, apply, before_training_step,
                                                      copo_advantages_or_none, is_applied, patch_experience_maker,
@@ -83,6 +83,8 @@ def patches_for(args) -> FrozenSet[int]:
         wanted.add(4)
     if copo.eval_before_train or copo.eval_after_train:
         wanted.add(6)
+    if copo.seeded_rollouts:  # the run's draw counts go into each checkpoint (4) and come back on a resume (6)
+        wanted |= {4, 6}
     if copo.eval_greedy or copo.eval_sampled_prompts:
         wanted.add(8)
     return frozenset(wanted)
@@ -134,5 +136,7 @@ def install_ppo_trainer(module) -> None:
         evaluation.apply_eval_generation()
     if 9 in enabled:
         rollout.apply_tokenizer_by_path()
+    if 7 in enabled and os.environ.get(ROLLOUT_SEED_ENV) is not None:
+        rollout.apply_seeded_dispatch()  # patch 7's trainer side: each request carries the run's draw index
     if 10 in enabled:
         prompt_order.apply_seeded_prompt_order()

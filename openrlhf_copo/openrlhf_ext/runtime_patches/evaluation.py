@@ -24,6 +24,7 @@ import time
 from openrlhf_copo.contract import ANSWER_ID, sample_correct, sample_outcome
 from openrlhf_copo.openrlhf_ext.runtime_patches import eval_state
 from openrlhf_copo.openrlhf_ext.runtime_patches.metrics_file import append_metrics
+from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import DrawCounter
 from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
 
 
@@ -174,6 +175,7 @@ def apply_eval_before_train() -> None:
     @functools.wraps(original)
     def init_checkpoint_states(self):
         states = original(self)
+        DrawCounter.restore(self, states)  # seeded rollouts: the draw counts the checkpoint was saved with
         copo = getattr(self.args, "copo", None)
         state = eval_state.STATE
         state.trainer, state.watch_draws = self, getattr(copo, "eval_after_train", False)

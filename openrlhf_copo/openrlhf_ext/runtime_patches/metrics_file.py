@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 from openrlhf_copo.contract import PROMPTS_CONSUMED
 from openrlhf_copo.openrlhf_ext.runtime_patches import eval_state
+from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import DrawCounter
 from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
 
 
@@ -44,6 +45,7 @@ def apply_metrics_file(after_logging: Callable[[object], None] = lambda trainer:
         # OpenRLHF's `evaluate` runs right after this and hands `compute_eval_metrics` (patch 5) no step
         state = eval_state.STATE
         state.step, state.episode, state.metrics_file = int(global_step), (client_states or {}).get("episode"), path
+        DrawCounter.save(self, client_states)  # seeded rollouts: a resumed run goes on with the run's draw counts
         if path and logs_dict:
             consumed = (client_states or {}).get("total_consumed_prompts")
             append_metrics(path, global_step, logs_dict if consumed is None else {**logs_dict, PROMPTS_CONSUMED: consumed})

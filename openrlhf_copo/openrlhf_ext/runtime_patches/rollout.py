@@ -3,7 +3,11 @@
 7. the rollout executors' `execute` (`openrlhf.utils.agent`, in the vLLM engine actors): each response carries
    the seed of the engine that sampled it, so that the advantage step can report how many engines fed the batch
    and the weight-sync logprob gap of each engine; with `--copo.seeded_rollouts`, each sampled response gets its
-   own vLLM seed (`seeded_sampling_params`), so that two methods from the same model draw the same responses;
+   own vLLM seed (`seeded_sampling_params`), so that two methods from the same model draw the same responses.
+   The seed's draw index is the run's, not the engine's: `SamplesGenerator._dispatch_prompts_to_vllm` (in the
+   trainer) stamps each prompt's request with how many responses the run drew for that prompt before
+   (`DrawCounter`, kept in the run's checkpoints), and the executor adds the response's place in its group
+   (`request_sampling_params`);
 9. `SamplesGenerator._dispatch_prompts_to_vllm`: the tokenizer that OpenRLHF sends along with every prompt
    travels as its path (`TokenizerByPath`), loaded once per vLLM engine process.
 """
@@ -33,7 +37,7 @@ def patch_agent(module) -> None:
             async def execute(self, *args, **kwargs):
                 # OpenRLHF 0.11.2's generate_responses passes every argument by keyword
                 if "sampling_params" in kwargs:
-                    kwargs["sampling_params"] = seeded_sampling_params(kwargs["sampling_params"], kwargs.get("prompt"))
+                    kwargs["sampling_params"] = request_sampling_params(kwargs["sampling_params"], kwargs.get("prompt"))
                 output = await original(self, *args, **kwargs)
                 engine = kwargs["llm_engine"] if "llm_engine" in kwargs else args[5]
                 seed = getattr(engine, "kwargs", {}).get("seed")
@@ -47,30 +51,174 @@ def patch_agent(module) -> None:
         cls.execute = patched(original)
 
 
-#: How many responses this process has sampled for each prompt (by hash) under `--copo.seeded_rollouts`.
+#: How many responses this process has sampled for each prompt (by hash) under `--copo.seeded_rollouts`, for a
+#: request that carries no draw index (`seeded_sampling_params` called outside a run's dispatch: a probe, a test).
 _draws: dict = {}
 
+#: The key of `SamplingParams.extra_args` that carries a request's first draw index from the trainer to the engine.
+DRAW_KEY = "openrlhf_copo_draw"
 
-def seeded_sampling_params(sampling_params, prompt):
+
+def prompt_key(prompt) -> str:
+    """The prompt's key in the draw counts and in its seeds: 8 bytes of its sha256, as hex."""
+    return hashlib.sha256(str(prompt).encode()).digest()[:8].hex()
+
+
+def seeds_requests(sampling_params) -> bool:
+    """Whether `--copo.seeded_rollouts` seeds a request with these parameters: on (ROLLOUT_SEED_ENV set in every
+    worker), sampled (not greedy), and not seeded by the caller already."""
+    return (os.environ.get(ROLLOUT_SEED_ENV) is not None and getattr(sampling_params, "seed", None) is None
+            and sampling_params.temperature > 0)
+
+
+def seeded_sampling_params(sampling_params, prompt, draw=None):
     """With `--copo.seeded_rollouts` (ROLLOUT_SEED_ENV set in every worker): a copy of ``sampling_params`` whose
-    seed is a hash of the run's seed, the prompt and the number of responses this engine process sampled for
-    that prompt before; ``sampling_params`` itself when the option is off, the sampling is greedy, or it has a
-    seed already.
+    seed is a hash of the run's seed, the prompt and ``draw``, the number of responses the run sampled for that
+    prompt before this one; ``sampling_params`` itself when the option is off, the sampling is greedy, or it has a
+    seed already. Without ``draw`` (a caller outside a run's dispatch), this process's own count for the prompt.
 
     Why: vLLM samples a batch from one generator per engine, so the response a request gets depends on what else
     is in the batch and when it arrived, and OpenRLHF sends each of the G samples of a prompt as its own
     asynchronous request: two runs from the same model with the same --train.seed draw different first rollout
     batches. With a seed per request, the i-th response to a prompt is the same in both (up to floating-point
-    differences between batch shapes), which is what a paired comparison of methods needs."""
-    run_seed = os.environ.get(ROLLOUT_SEED_ENV)
-    if run_seed is None or getattr(sampling_params, "seed", None) is not None or not sampling_params.temperature > 0:
+    differences between batch shapes), which is what a paired comparison of methods needs. The draw index is the
+    run's (`DrawCounter`): an engine's own count would start again at 0 when a prompt reaches another engine in a
+    later episode, and draw the same responses again."""
+    if not seeds_requests(sampling_params):
         return sampling_params
-    key = hashlib.sha256(str(prompt).encode()).digest()[:8]
-    draw = _draws.get(key, 0)
-    _draws[key] = draw + 1
+    key = prompt_key(prompt)
+    if draw is None:
+        draw = _draws.get(key, 0)
+        _draws[key] = draw + 1
     params = sampling_params.clone()
-    params.seed = int.from_bytes(hashlib.sha256(f"{run_seed}:{draw}:".encode() + key).digest()[:4], "little") >> 1
+    run_seed = os.environ[ROLLOUT_SEED_ENV]
+    params.seed = int.from_bytes(hashlib.sha256(f"{run_seed}:{draw}:".encode() + bytes.fromhex(key)).digest()[:4],
+                                 "little") >> 1
+    extra = {k: v for k, v in (params.extra_args or {}).items() if k != DRAW_KEY}
+    params.extra_args = extra or None
     return params
+
+
+def request_sampling_params(sampling_params, prompt):
+    """In the engine, for one of the responses of one prompt's request (patch 7's `execute`): its seeded parameters,
+    with the draw index the trainer stamped on the request (`DrawCounter.stamp`) plus the response's place among
+    the request's responses. OpenRLHF 0.11.2's `generate_responses` hands the same parameters to each of its
+    ``num_samples`` `execute` calls, started in order on one event loop, so the stamp is read and advanced here,
+    before the first `await`."""
+    extra = getattr(sampling_params, "extra_args", None) or {}
+    draw = extra.get(DRAW_KEY)
+    if draw is not None:
+        extra[DRAW_KEY] = draw + 1
+    return seeded_sampling_params(sampling_params, prompt, draw)
+
+
+class DrawCounter:
+    """How many responses the run has sampled for each prompt (by `prompt_key`), counted in the trainer's
+    `SamplesGenerator` where every request is dispatched, whichever engine serves it. Saved with each checkpoint
+    and restored from it (`CLIENT_STATE`), so a resumed run draws as the uninterrupted run would have.
+
+    With one engine, the counts are those each engine kept before (the same seeds, so runs made then reproduce);
+    with several, a prompt sent to another engine in a later episode now goes on from its own count instead of
+    starting again at 0."""
+
+    #: The key of the checkpoint's client states that holds the counts.
+    CLIENT_STATE = "openrlhf_copo_draws"
+
+    def __init__(self, counts: dict = None):
+        self.counts = dict(counts or {})
+
+    @classmethod
+    def save(cls, trainer, client_states) -> None:
+        """Into a checkpoint's client states (patch 4, before OpenRLHF saves them): the counts so far, if the
+        trainer's generator has drawn seeded requests."""
+        counter = getattr(getattr(trainer, "samples_generator", None), "_copo_draw_counter", None)
+        if counter is not None and client_states is not None:
+            client_states[cls.CLIENT_STATE] = dict(counter.counts)
+
+    @classmethod
+    def restore(cls, trainer, states) -> None:
+        """From the checkpoint states a run resumes with (patch 6): the counts saved there, if any."""
+        generator = getattr(trainer, "samples_generator", None)
+        if generator is not None and (states or {}).get(cls.CLIENT_STATE):
+            generator._copo_draw_counter = cls(states[cls.CLIENT_STATE])
+
+    @classmethod
+    def of(cls, generator) -> "DrawCounter":
+        """The counter of a `SamplesGenerator`, made on first use."""
+        if getattr(generator, "_copo_draw_counter", None) is None:
+            generator._copo_draw_counter = cls()
+        return generator._copo_draw_counter
+
+    def stamp(self, request: dict) -> dict:
+        """A `generate_responses` call's keyword arguments with its sampling parameters copied and stamped with the
+        prompt's next draw index (`DRAW_KEY`); its ``num_samples`` responses are counted. Unchanged when the request
+        is not seeded (`seeds_requests`)."""
+        params = request.get("sampling_params")
+        if params is None or not seeds_requests(params):
+            return request
+        key = prompt_key(request["prompt"])
+        draw = self.counts.get(key, 0)
+        self.counts[key] = draw + int(request.get("num_samples", 1))
+        stamped = params.clone()
+        stamped.extra_args = {**(stamped.extra_args or {}), DRAW_KEY: draw}
+        return {**request, "sampling_params": stamped}
+
+
+class _StampingEngine:
+    """A vLLM engine's actor handle whose `generate_responses.remote(...)` stamps the request's draw index first
+    (`DrawCounter.stamp`); everything else is the handle's."""
+
+    def __init__(self, engine, counter: DrawCounter):
+        self._engine, self._counter = engine, counter
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    @property
+    def generate_responses(self):
+        method, counter = self._engine.generate_responses, self._counter
+
+        class _Stamped:
+            @staticmethod
+            def remote(*args, **kwargs):
+                return method.remote(*args, **counter.stamp(kwargs))
+
+        return _Stamped
+
+
+#: Marks the dispatch wrapper of `apply_seeded_dispatch` (patch 9 marks its own with PATCHED_ATTR).
+_SEEDED_ATTR = "__openrlhf_copo_seeded__"
+
+
+def apply_seeded_dispatch() -> None:
+    """Patch 7's trainer side, in Ray workers only, under `--copo.seeded_rollouts`: `_dispatch_prompts_to_vllm` sends
+    each prompt's request through `_StampingEngine`, so it carries the run's draw index for that prompt."""
+    _around_dispatch(_SEEDED_ATTR, "vllm_engines",
+                     lambda generator, engines: [_StampingEngine(e, DrawCounter.of(generator)) for e in engines])
+
+
+def _around_dispatch(marker: str, attribute: str, replace) -> None:
+    """`SamplesGenerator._dispatch_prompts_to_vllm` run with the generator's ``attribute`` replaced by
+    ``replace(generator, value)`` for the call (patches 7 and 9: what OpenRLHF's dispatch reads of it), once per
+    ``marker``."""
+    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+
+    original = SamplesGenerator._dispatch_prompts_to_vllm
+    if getattr(original, marker, False):
+        return
+    check_symbol("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._dispatch_prompts_to_vllm")
+
+    @functools.wraps(original)
+    def _dispatch_prompts_to_vllm(self, *args, **kwargs):
+        kept = getattr(self, attribute)
+        setattr(self, attribute, replace(self, kept))
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            setattr(self, attribute, kept)
+
+    setattr(_dispatch_prompts_to_vllm, marker, True)
+    SamplesGenerator._dispatch_prompts_to_vllm = _dispatch_prompts_to_vllm
 
 
 class TokenizerByPath:
@@ -122,22 +270,5 @@ def _tokenizer_at(path: str, settings: tuple):
 
 def apply_tokenizer_by_path() -> None:
     """Patch 9, in Ray workers only: `SamplesGenerator._dispatch_prompts_to_vllm` sends `TokenizerByPath` where
-    OpenRLHF sends the tokenizer itself with every prompt."""
-    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
-
-    original = SamplesGenerator._dispatch_prompts_to_vllm
-    if getattr(original, PATCHED_ATTR, False):
-        return
-    check_symbol("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._dispatch_prompts_to_vllm")
-
-    @functools.wraps(original)
-    def _dispatch_prompts_to_vllm(self, *args, **kwargs):
-        tokenizer = self.tokenizer
-        self.tokenizer = TokenizerByPath.of(tokenizer)  # read by the original's `.remote(hf_tokenizer=...)` only
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            self.tokenizer = tokenizer
-
-    setattr(_dispatch_prompts_to_vllm, PATCHED_ATTR, True)
-    SamplesGenerator._dispatch_prompts_to_vllm = _dispatch_prompts_to_vllm
+    OpenRLHF sends the tokenizer itself with every prompt (read by the original's `.remote(hf_tokenizer=...)` only)."""
+    _around_dispatch(PATCHED_ATTR, "tokenizer", lambda generator, tokenizer: TokenizerByPath.of(tokenizer))

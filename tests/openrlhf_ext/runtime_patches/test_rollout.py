@@ -81,6 +81,74 @@ def test_seeded_rollouts_give_each_draw_of_a_prompt_its_own_reproducible_seed(mo
     assert rollout.seeded_sampling_params(greedy, "2+2=") is greedy and rollout.seeded_sampling_params(own, "x") is own
 
 
+#: The seeds the per-engine count gave for draws 0-5 of "2+2=" at --train.seed 42 (computed with the code of afcc530,
+#: the committed runs' derivation): a run with one engine must keep drawing them, so that those runs reproduce.
+SEEDS_OF_THE_COMMITTED_RUNS = [2129558632, 140126875, 1898458435, 1032226740, 837663812, 227901108]
+
+
+def engine_seeds(request: dict) -> list:
+    """The seeds a vLLM engine process gives a dispatched request's ``num_samples`` responses: the request's
+    parameters arrive as one deserialized object shared by its responses (as over Ray), in a fresh process (no draw
+    counted there before)."""
+    rollout._draws.clear()
+    params = pickle.loads(pickle.dumps(request["sampling_params"]))
+    return [rollout.request_sampling_params(params, request["prompt"]).seed for _ in range(request["num_samples"])]
+
+
+def test_a_prompt_seen_again_on_another_engine_gets_new_seeds_and_runs_agree_whatever_the_engine(monkeypatch,
+                                                                                             fresh_draws):
+    """Issue 49 item 7: the draw index is the run's, counted where the trainer dispatches (`DrawCounter`), not the
+    engine's. Before, engine B's count for a prompt started at 0 in episode 1 and drew episode 0's seeds again."""
+    from vllm import SamplingParams
+
+    monkeypatch.setenv(ROLLOUT_SEED_ENV, "42")
+    params = SamplingParams(temperature=1.0, max_tokens=8)
+    G = 3
+
+    def run(engines_by_episode):
+        counter = rollout.DrawCounter()
+        return [engine_seeds(counter.stamp({"prompt": "2+2=", "sampling_params": params, "num_samples": G}))
+                for _ in engines_by_episode]  # each episode's request in another fresh engine process
+
+    first = run(["engine A", "engine B"])
+    assert len(set(first[0] + first[1])) == 2 * G  # episode 1 on engine B: new seeds
+    assert run(["engine B", "engine A"]) == first  # another run, engines swapped: the same (episode, index) seeds
+    # with one engine these are the seeds the engine's own count gave: one-engine runs made before reproduce
+    assert first[0] + first[1] == SEEDS_OF_THE_COMMITTED_RUNS
+    assert [rollout.seeded_sampling_params(params, "2+2=").seed for _ in range(2 * G)] == SEEDS_OF_THE_COMMITTED_RUNS
+    # the stamp stays in the trainer's copy: the engine's parameters go to vLLM without it, the caller's untouched
+    stamped = rollout.DrawCounter().stamp({"prompt": "2+2=", "sampling_params": params, "num_samples": G})
+    assert stamped["sampling_params"].extra_args == {rollout.DRAW_KEY: 0} and params.extra_args is None
+    assert rollout.request_sampling_params(stamped["sampling_params"], "2+2=").extra_args is None
+    greedy = SamplingParams(temperature=0.0, max_tokens=8)  # greedy requests are neither seeded nor counted
+    counter = rollout.DrawCounter()
+    assert counter.stamp({"prompt": "2+2=", "sampling_params": greedy, "num_samples": G})["sampling_params"] is greedy
+    assert counter.counts == {}
+
+
+def test_the_draw_counts_go_into_a_checkpoint_and_come_back_on_a_resume(monkeypatch):
+    """A resumed run goes on with the run's counts (patch 4 saves them in the checkpoint's client states, patch 6
+    restores them), instead of drawing the seeds of its first steps again."""
+    from types import SimpleNamespace
+
+    from vllm import SamplingParams
+
+    monkeypatch.setenv(ROLLOUT_SEED_ENV, "42")
+    trainer = SimpleNamespace(samples_generator=SimpleNamespace())
+    params = SamplingParams(temperature=1.0, max_tokens=8)
+    rollout.DrawCounter.of(trainer.samples_generator).stamp({"prompt": "p", "sampling_params": params,
+                                                             "num_samples": 4})
+    client_states = {"global_step": 3}
+    rollout.DrawCounter.save(trainer, client_states)
+    resumed = SimpleNamespace(samples_generator=SimpleNamespace())
+    rollout.DrawCounter.restore(resumed, client_states)
+    nxt = rollout.DrawCounter.of(resumed.samples_generator).stamp({"prompt": "p", "sampling_params": params,
+                                                                    "num_samples": 4})
+    assert nxt["sampling_params"].extra_args[rollout.DRAW_KEY] == 4
+    rollout.DrawCounter.restore(resumed, {"global_step": 3})  # a checkpoint made without seeded rollouts: kept as is
+    assert rollout.DrawCounter.of(resumed.samples_generator).counts == {rollout.prompt_key("p"): 8}
+
+
 SAME_DRAW_WHATEVER_THE_BATCH = r"""
 import json, os, sys
 os.environ["OPENRLHF_COPO_ROLLOUT_SEED"] = "7"

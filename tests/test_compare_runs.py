@@ -1,0 +1,270 @@
+"""A comparison run's life as a process (issue 49 item 6, `openrlhf_copo.compare_runs` and `compare.run_one` /
+`run_all`): the training child ended with its parent, the lock on a live run's folder, the checkpoint a rerun goes on
+from, a failed run recorded while the sweep goes on, the marker written in one rename, the method flags compared.
+A crash and resume through the real pipeline: tests/e2e/test_compare_cpu.py."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from openrlhf_copo import compare
+from openrlhf_copo.cli import compare as cli
+from openrlhf_copo.compare_runs import RunLock, check_steps, process_start, resume_step
+from tests_support import REPO
+
+
+def setting(tmp_path, **kw):
+    for name in ("train.jsonl", "test.jsonl"):
+        (tmp_path / name).write_text('{"prompt": "q", "label": "1"}\n' * 8)
+    return compare.Setting(model=str(tmp_path / "no-such-model"), train=tmp_path / "train.jsonl",
+                           test=tmp_path / "test.jsonl", prompts_per_step=4, steps=2, **kw)
+
+
+def write_rows(path: Path, rows) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def finished(out: Path, method: str, seed: int, s: compare.Setting, flags=None) -> dict:
+    """A finished run of ``method``, recorded with the setting ``s`` (and ``flags`` as its method flags)."""
+    d = compare.run_dir(out, method, seed)
+    d.mkdir(parents=True)
+    write_rows(d / "metrics.jsonl", [{"step": 0, "eval": 1, "eval_x_greedy": 0.5, "eval_x_greedy_outcomes": "01"},
+                                     {"step": 1, "copo_zero_std": 0.5},
+                                     {"step": 1, "eval": 1, "eval_x_greedy": 0.5, "eval_x_greedy_outcomes": "10"}])
+    info = {"method": method, "seed": seed, "wall_seconds": 60.0, "settings": compare.settings_of(s),
+            "method_flags": compare.METHODS[method] if flags is None else flags}
+    (d / "done.json").write_text(json.dumps(info))
+    return info
+
+
+# --- resuming from the run's own checkpoints ---
+
+
+def checkpoints(actor: Path, tags, latest: str) -> None:
+    for tag in tags:
+        (actor / tag).mkdir(parents=True)
+    (actor / "latest").write_text(latest)
+
+
+def test_a_rerun_goes_on_from_the_newest_checkpoint_whose_steps_and_evaluations_are_logged(tmp_path):
+    """Checkpoints at steps 4 and 8 (`latest`: 8), one at 12 being written when the run stopped. The run was killed
+    during step 8's evaluation (OpenRLHF saves the checkpoint first): going on from 8 would never evaluate step 8,
+    so the rerun goes on from 4, with `latest` pointed there and the rows after step 4 dropped (made again). With
+    step 8's evaluation logged it goes on from 8, the rows of step 9 dropped."""
+    actor = tmp_path / "ckpt" / "_actor"
+    checkpoints(actor, ["global_step4", "global_step8", "global_step12"], "global_step8")
+    train = [{"step": s, "loss": s} for s in range(1, 10)]
+    evals = [{"step": s, "eval": 1} for s in (0, 4)]
+    write_rows(tmp_path / "metrics.jsonl", evals[:1] + train[:4] + evals[1:] + train[4:])
+    due = compare.due_evaluations(setting(tmp_path, eval_every=4), step0=True)
+    assert due(8) == [0, 4, 8] and due(2) == [0, 2]  # step 2 is the run's last (--steps 2): always evaluated
+    assert resume_step(tmp_path, actor, due) == 4
+    assert (actor / "latest").read_text() == "global_step4"
+    kept = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], bool(r.get("eval"))) for r in kept] == [(0, True), (1, False), (2, False), (3, False),
+                                                                (4, False), (4, True)]
+    (actor / "latest").write_text("global_step8")
+    write_rows(tmp_path / "metrics.jsonl", evals + train + [{"step": 8, "eval": 1}])
+    assert resume_step(tmp_path, actor, due) == 8
+    assert max(json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()) == 8
+    (actor / "latest").unlink()  # no complete checkpoint: from the start
+    assert resume_step(tmp_path, actor, due) is None
+
+
+def test_a_finished_run_must_hold_every_step_once(tmp_path):
+    write_rows(tmp_path / "m.jsonl", [{"step": 0, "eval": 1}, {"step": 1}, {"step": 2}, {"step": 2, "eval": 1}])
+    assert check_steps(tmp_path / "m.jsonl") is None
+    write_rows(tmp_path / "m.jsonl", [{"step": 1}, {"step": 2}, {"step": 2}, {"step": 3}])  # a step logged twice
+    assert "not 1..4 once each" in check_steps(tmp_path / "m.jsonl")
+    write_rows(tmp_path / "m.jsonl", [{"step": 1}, {"step": 1, "eval": 1}, {"step": 1, "eval": 1}])
+    assert "evaluated a step twice" in check_steps(tmp_path / "m.jsonl")
+
+
+def test_each_run_saves_checkpoints_every_save_every_steps_and_loads_them(load_args, tmp_path):
+    s = setting(tmp_path, save_every=5)
+    a = load_args(compare.run_argv(s, "copo", 0, tmp_path / "copo-seed0", tmp_path / "train.jsonl", step0=True))
+    assert (a.ckpt.save_steps, a.ckpt.max_num, a.ckpt.load_enable, a.ckpt.best_metric_key) == (5, 2, True, "none")
+    off = load_args(compare.run_argv(setting(tmp_path, save_every=0), "copo", 0, tmp_path / "copo-seed0",
+                                     tmp_path / "train.jsonl", step0=True))
+    assert off.ckpt.save_steps == -1
+    assert "--save_every" not in compare.settings_of(s).keys()  # it changes no result: not a compared setting
+
+
+# --- the training child and the lock on its folder ---
+
+FAKE_CHILD = textwrap.dedent("""
+    import os, subprocess, sys, time
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    open(sys.argv[1], "w").write(f"{os.getpid()} {grandchild.pid}")
+    time.sleep(120)
+""")
+
+PARENT = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from openrlhf_copo.compare_runs import RunLock, run_child
+    folder = Path(sys.argv[1])
+    run_child([sys.executable, "-c", sys.argv[2], str(folder / "pids")], folder / "train.log", RunLock(folder))
+""")
+
+
+def gone(pid: int, within: float = 60.0) -> bool:
+    deadline = time.time() + within
+    while time.time() < deadline:
+        if process_start(pid) is None or Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z":
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def parent_with_child(tmp_path: Path):
+    """A process that runs the fake training child (which starts a grandchild) as `compare.run_one` does, and the
+    child's and grandchild's pids once they run."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path), FAKE_CHILD], env=env)
+    deadline = time.time() + 60
+    while not ((tmp_path / "pids").exists() and (tmp_path / "pids").read_text()):
+        assert time.time() < deadline and parent.poll() is None
+        time.sleep(0.2)
+    child, grandchild = map(int, (tmp_path / "pids").read_text().split())
+    held = json.loads((tmp_path / "run.lock").read_text())
+    assert held["pid"] == child and held["start"] == process_start(child)  # the lock names the live child
+    return parent, child, grandchild
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
+def test_a_compare_stopped_by_a_signal_ends_its_training_childs_process_group(tmp_path, how):
+    parent, child, grandchild = parent_with_child(tmp_path)
+    parent.send_signal(how)
+    parent.wait(timeout=60)
+    assert gone(child) and gone(grandchild)
+    assert not (tmp_path / "run.lock").exists()
+
+
+def test_a_killed_compare_takes_its_training_child_with_it(tmp_path):
+    """SIGKILL leaves no handler to run: the child dies by its parent-death signal (PR_SET_PDEATHSIG)."""
+    parent, child, grandchild = parent_with_child(tmp_path)
+    parent.kill()
+    parent.wait(timeout=60)
+    try:
+        assert gone(child)
+    finally:
+        for pid in (child, grandchild):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_rerun_does_not_touch_a_run_folder_whose_child_is_still_running(tmp_path):
+    """The rerun of a comparison whose earlier command was killed while its child lives on: before, it deleted the
+    live run's files and started a second run into the same folder."""
+    s = setting(tmp_path)
+    d = compare.run_dir(tmp_path / "out", "grpo", 0)
+    d.mkdir(parents=True)
+    write_rows(d / "metrics.jsonl", [{"step": 1, "loss": 0.5}])
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (d / "run.lock").write_text(json.dumps({"pid": live.pid, "start": process_start(live.pid)}))
+        with pytest.raises(SystemExit, match=rf"grpo-seed0: its run is still going \(pid {live.pid}"):
+            compare.run_one(s, "grpo", 0, tmp_path / "out", step0=True)
+        assert (d / "metrics.jsonl").read_text() == '{"step": 1, "loss": 0.5}\n'
+        # the same pid recorded with another start time is another process now (a reused pid): a stale lock
+        (d / "run.lock").write_text(json.dumps({"pid": live.pid, "start": "1"}))
+        RunLock(d).refuse_if_running()
+        assert not (d / "run.lock").exists()
+    finally:
+        live.kill()
+        live.wait()
+    (d / "run.lock").write_text(json.dumps({"pid": live.pid, "start": "1"}))  # a dead child
+    RunLock(d).refuse_if_running()
+    assert not (d / "run.lock").exists()
+
+
+# --- failures, markers, method flags ---
+
+
+def test_a_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
+    """GRPO finished before; COPO and DAPO fail (their model folder does not exist: the real train_ppo_ray stops in
+    its preflight). Before, the first failure ended the sweep. Now both are tried and recorded with their exit code
+    and log, the command exits 1 listing them, and the report covers GRPO."""
+    s = setting(tmp_path)
+    out = tmp_path / "out"
+    finished(out, "grpo", 0, s)
+    argv = ["--model", s.model, "--train_data", str(s.train), "--eval_data", str(s.test), "--methods", "grpo",
+            "copo", "dapo", "--seeds", "0", "--prompts_per_step", "4", "--steps", "2", "--out", str(out)]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    for method in ("copo", "dapo"):
+        failed = json.loads((out / f"{method}-seed0" / "failed.json").read_text())
+        assert failed["returncode"] != 0 and failed["log"] == str(out / f"{method}-seed0" / "train.log")
+        assert "no-such-model" in Path(failed["log"]).read_text()
+        assert f"failed: {method}-seed0 (exit {failed['returncode']}); log: {failed['log']}" in err
+        assert not (out / f"{method}-seed0" / "run.lock").exists()
+    assert "2 run(s) failed" in err
+    assert "| grpo | 1 |" in (out / "report.md").read_text()
+
+
+FAKE_TRAINING = textwrap.dedent("""
+    import json, sys
+    args = sys.argv[1:]
+    path = args[args.index("--copo.metrics_file") + 1]
+    with open(path, "a") as f:
+        for row in ({"step": 0, "eval": 1}, {"step": 1}, {"step": 2}, {"step": 2, "eval": 1}):
+            f.write(json.dumps(row) + "\\n")
+""")
+
+
+def fake_training(tmp_path: Path, monkeypatch) -> None:
+    """The training child's command becomes a script that logs two steps and exits 0: for what the tool does with a
+    run's files, not for training (tests/e2e/test_compare_cpu.py runs the real one)."""
+    script = tmp_path / "fake-python"
+    script.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv = sys.argv[2:]\n"
+                      f"exec({FAKE_TRAINING!r})\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(script))
+
+
+def test_done_json_appears_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A write of done.json that stops half way (a full disk, a kill) leaves no marker: the run is not taken as
+    finished with a broken marker (before: `write_text` onto done.json itself)."""
+    s = setting(tmp_path)
+    fake_training(tmp_path, monkeypatch)
+    original = Path.write_text
+
+    def half_then_fail(self, text, *a, **kw):
+        if self.name == "done.json":
+            original(self, text[: len(text) // 2], *a, **kw)
+            raise OSError(28, "No space left on device")
+        return original(self, text, *a, **kw)
+
+    monkeypatch.setattr(Path, "write_text", half_then_fail)
+    with pytest.raises(OSError):
+        compare.run_one(s, "grpo", 0, tmp_path / "out", step0=True)
+    d = compare.run_dir(tmp_path / "out", "grpo", 0)
+    assert not (d / "done.json").exists() and not compare.is_finished(d)
+    monkeypatch.setattr(Path, "write_text", original)
+    info = compare.run_one(s, "grpo", 0, tmp_path / "out", step0=True)
+    assert json.loads((d / "done.json").read_text()) == info and not (d / "scratch").exists()
+
+
+def test_a_method_redefined_since_a_run_finished_is_neither_kept_nor_paired(tmp_path):
+    """A COPO run recorded with COPO's flags of before (here gamma 5): a rerun refuses to keep it for COPO now, and
+    a report refuses to pair it with GRPO, naming the run and both flag lists."""
+    s = setting(tmp_path)
+    out = tmp_path / "out"
+    grpo = finished(out, "grpo", 0, s)
+    old = finished(out, "copo", 0, s, flags=["--advantage_estimator", "copo", "--copo.gamma", "5"])
+    with pytest.raises(SystemExit, match=r"copo-seed0 was made with copo's flags --advantage_estimator copo "
+                                         r"--copo.gamma 5, and copo is now --advantage_estimator copo: use another"):
+        compare.run_one(s, "copo", 0, out, step0=False)
+    with pytest.raises(SystemExit, match=r"no report pairs it: .*copo-seed0 was made with copo's flags"):
+        compare.report(out, [grpo, old])
+    assert compare.run_one(s, "grpo", 0, out, step0=True) == grpo  # the same flags: kept
