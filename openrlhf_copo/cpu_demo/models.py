@@ -104,6 +104,18 @@ def _dequantize_gguf_kwargs() -> dict:
     return {} if gguf_config is None else {"quantization_config": gguf_config(dequantize=True)}
 
 
+def _special_tokens_from_gguf(tokenizer, config) -> None:
+    """Set the tokenizer's end and padding tokens to the GGUF's own (`tokenizer.ggml.eos_token_id` and
+    `padding_token_id`, which the model's config reads right: <|im_end|> for both in SmolLM2-Instruct).
+
+    transformers 5.15's GGUF tokenizer converter names the begin token as the end token and sets no padding token
+    (SmolLM2 came out with eos <|im_start|>, pad None), which would make vLLM and OpenRLHF stop and pad on the wrong
+    token; 5.19's converter gets both right, and there this changes nothing.
+    """
+    tokenizer.eos_token = tokenizer.convert_ids_to_tokens(config.eos_token_id)
+    tokenizer.pad_token = tokenizer.convert_ids_to_tokens(config.pad_token_id)
+
+
 def _convert_gguf(gguf: Path, out: Path) -> None:
     """Write `gguf` to `out` as a bf16 safetensors folder with its tokenizer, then check the result.
 
@@ -118,6 +130,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, **_dequantize_gguf_kwargs()
         )
+        _special_tokens_from_gguf(tokenizer, model.config)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
         saved_tokenizer, saved_config = AutoTokenizer.from_pretrained(out), AutoConfig.from_pretrained(out)
