@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -194,10 +195,12 @@ def report(record: dict, wall_seconds: float, regimes_json: Path = REGIMES_JSON)
     mixed = [g for g in groups if not g[ZERO_STD]]
     lost = sum(1 for g in mixed if g[MIXED_LOCAL_LOST])
     lines += [f"Consistency entropy H(q) of the groups' answers (bits in base {s['entropy_base']:g}): mean "
-              f"{sum(entropies) / n:.3f}, median {entropies[n // 2]:.3f}, range {entropies[0]:.3f}-{entropies[-1]:.3f}. "
+              f"{sum(entropies) / n:.3f}, median {entropies[n // 2]:.3f}, range {entropies[0]:.3f}-"
+              f"{entropies[-1]:.3f}. "
               f"By answer split, with w_local = sigmoid(gamma (H - rho)) at gamma {s['gamma']:g}, rho {s['rho']:g} "
               f"(mode {s['mode']}):", "",
-              "| answer split | H | w_local | at this gamma and rho | groups | of them mixed |", "|---|---|---|---|---|---|"]
+              "| answer split | H | w_local | at this gamma and rho | groups | of them mixed |",
+              "|---|---|---|---|---|---|"]
     for row in split_table(groups, G, s["gamma"], s["rho"], s["entropy_base"]):
         lines.append(f"| {row['split']} | {row['entropy']:.3f} | {row['w_local']:.3g} | {row['term']} | "
                      f"{row['groups']} | {row['mixed']} |")
@@ -269,7 +272,7 @@ def run(argv: List[str], out: Path) -> tuple:
     t0 = time.time()
     with open(out / "probe.log", "w") as log:
         rc = subprocess.call([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], stdout=log,
-                             stderr=subprocess.STDOUT)
+                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     wall = time.time() - t0
     if rc != 0 or not record_path.exists():
         raise SystemExit(f"the probe's run failed (exit {rc}) before its first rollout batch was measured; log: "

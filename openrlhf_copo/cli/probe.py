@@ -19,16 +19,25 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from openrlhf_copo import compare, probe
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Every flag's default in its help; a required flag says so instead."""
+
+    def _get_help_string(self, action):
+        return f"{action.help} (required)" if action.required else super()._get_help_string(action)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m openrlhf_copo.cli.probe", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    p = argparse.ArgumentParser(prog="python -m openrlhf_copo.cli.probe", formatter_class=_Help,
+                                usage="%(prog)s --model M --train_data FILE --out DIR [options] "
+                                      "[-- train_ppo_ray flags]",
                                 description="The regime of a model on its training prompts, with no training: step 1 "
                                             "of a train_ppo_ray run, stopped after its advantage step. Flags after -- "
-                                            "go to that run.")
+                                            "go to that run (engines, lengths, --copo.gamma, --copo.rho, ...).")
     d = compare.Setting(model="", train=Path(), test=Path())
     p.add_argument("--model", required=True, help="HF model folder or name (--actor.model_name_or_path)")
     p.add_argument("--start_checkpoint", default=None,
@@ -51,12 +60,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def split_at_dashes(argv: List[str]) -> Tuple[List[str], List[str]]:
+    """(this command's flags, the flags after the first `--`, which go to the run as they are)."""
+    i = argv.index("--") if "--" in argv else len(argv)
+    return argv[:i], argv[i + 1:]
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    extra: List[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+    argv, extra = split_at_dashes(sys.argv[1:] if argv is None else list(argv))
     args = parser().parse_args(argv)
     rows = [row for _, row in probe_rows(args.train_data)]
     if args.samples_per_prompt < 2:
@@ -71,7 +82,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     record, wall = probe.run(argv, out)
     text = probe.report(record, wall)
     if args.filtered_train_data:
-        kept, dropped = probe.filtered_rows(rows, probe.templater(model, args.input_key, args.label_key), record["groups"])
+        templated = probe.templater(model, args.input_key, args.label_key)
+        kept, dropped = probe.filtered_rows(rows, templated, record["groups"])
         write_jsonl(args.filtered_train_data, kept)
         text += (f"\n\nWrote {args.filtered_train_data}: {len(kept)} of {len(rows)} prompts, without the {dropped} "
                  "that every response solved.")

@@ -341,7 +341,8 @@ def attainable_blends(G: int, gamma: float, rho: float, base: float,
         chunk = patterns[start:start + 1024]
         answer_ids = torch.tensor([[a for a, count in enumerate(p) for _ in range(count)] for p in chunk])
         h = consistency_entropy(answer_ids, base=base)
-        out += [(p, hi + 0.0, wi) for p, hi, wi in zip(chunk, h.tolist(), blend_weights(h, gamma, rho).tolist())]  # -0.0 -> 0.0
+        w = blend_weights(h, gamma, rho)
+        out += [(p, hi + 0.0, wi) for p, hi, wi in zip(chunk, h.tolist(), w.tolist())]  # + 0.0: -0.0 -> 0.0
     return out
 
 

@@ -1,5 +1,6 @@
 """`python -m openrlhf_copo.cli.probe` end to end on the CPU, against step 1 of a real training run: the tiny random
-model, the parity reward (rewards that differ inside groups), 6 prompts, 3 per step, G = 4, seeded rollouts, seed 7.
+model, the parity reward (reward 1 for a response of even length), 8 prompts, 4 per step, G = 3 (a quarter of
+the groups agree by chance), seeded rollouts, seed 7.
 The probe's shares and every per-response metric of its batch must be the training run's step 1 (the same prompts
 drawn in the seed's order, the same seeded responses, the same rewards and answer ids), and the probe must stop
 before any training (no final model saved)."""
@@ -16,7 +17,7 @@ from openrlhf_copo.cpu_demo.models import tiny_qwen2
 from openrlhf_copo.probe import shares
 from tests_support import REPO, metrics, train, write_prompts
 
-SEED, PROMPTS, G = "7", 3, 4
+SEED, PROMPTS, G, ROWS = "7", 4, 3, 8
 #: The OpenRLHF flags the probe hands its run after `--`: the tiny model's CPU sizes, as the training run's.
 CPU_FLAGS = ["--rollout.micro_batch_size", "4", "--train.micro_batch_size", "4", "--rollout.max_new_tokens", "16",
              "--data.max_len", "160", "--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1",
@@ -32,9 +33,9 @@ BATCH_METRICS = ["copo_zero_std", "copo_all_correct", "copo_all_incorrect", "cop
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("probe")
     model = tiny_qwen2(tmp / "tiny-model")
-    data = write_prompts(tmp / "prompts.jsonl", 6)
+    data = write_prompts(tmp / "prompts.jsonl", ROWS)
     t0 = time.time()
-    trained = train(tmp, model, data, 6, "--rollout.batch_size", str(PROMPTS), "--rollout.n_samples_per_prompt",
+    trained = train(tmp, model, data, ROWS, "--rollout.batch_size", str(PROMPTS), "--rollout.n_samples_per_prompt",
                     str(G), "--train.batch_size", str(PROMPTS * G), "--copo.seeded_rollouts", "--train.seed", SEED,
                     "--ckpt.save_steps", "-1", "--ds.zero_stage", "0")
     train_s = time.time() - t0
@@ -59,6 +60,7 @@ def test_the_probes_batch_is_step_1_of_a_training_run_with_the_same_seed(runs):
     for key in BATCH_METRICS:  # OpenRLHF averages them in float32 over micro-batches: equal up to its rounding
         assert record["metrics"][key] == pytest.approx(step1[key], abs=1e-6), key
     s = shares(record["groups"])
+    assert 0 < s["mixed"] < 1  # groups of both kinds: the shares say something
     assert s["mixed"] == pytest.approx(1 - step1["copo_zero_std"], abs=1e-6)
     assert s["all_correct"] == pytest.approx(step1["copo_all_correct"], abs=1e-6)
     assert s["all_incorrect"] == pytest.approx(step1["copo_all_incorrect"], abs=1e-6)
@@ -75,10 +77,10 @@ def test_the_probe_stops_before_training_and_reports(runs):
     assert "stopped before any training step" in (out / "probe.log").read_text()
     text = (out / "report.md").read_text()
     assert text.strip() in probed.stdout
-    for split in ("| 4 |", "| 3+1 |", "| 2+2 |", "| 2+1+1 |", "| 1+1+1+1 |"):  # every answer split of G = 4
+    for split in ("| 3 |", "| 2+1 |", "| 1+1+1 |"):  # every answer split of G = 3
         assert split in text
     assert "Nearest regime:" in text and "Took" in text
     record = json.loads((out / "probe.json").read_text())
     solved = sum(1 for g in record["groups"] if all(g["correct"]))
     kept = (tmp / "filtered.jsonl").read_text().splitlines()
-    assert len(kept) == 6 - solved and f"without the {solved} that every response solved" in text
+    assert len(kept) == ROWS - solved and f"without the {solved} that every response solved" in text
