@@ -16,10 +16,10 @@ path would have to copy each and would drift. So the probe is `python -m openrlh
 `--copo.probe FILE`: the advantage step computes everything it computes at step 1, then raises `ProbeFinished`
 carrying the batch's record (built by `batch_record` from its own tensors: the answer ids it reads, the shares it
 logs); the driver writes the record to FILE and ends the run, exit status 0 (`driver.run_training`). What it costs
-beyond the rollout: the run's start (Ray, the vLLM engines, the actor under DeepSpeed) and the actor's forward over
-the batch that the experience maker makes before the advantage step. It skips the optimizer step, the weight sync
-and the final save; the shares equal step 1's metrics of a run with the same flags and --train.seed
-(tests/e2e/test_probe_cpu.py).
+beyond the rollout: the run's start (Ray, the vLLM engines, the actor loaded under DeepSpeed). It skips the models'
+forwards before the advantage step (`runtime_patches.copo.probe_experience_batch`; over a fork carrying patches/
+they still run), the optimizer step, the weight sync and the final save. Its shares and batch metrics equal step 1's
+of a run with the same flags and --train.seed (tests/e2e/test_probe_cpu.py).
 
 Offline difficulty filtering: `filtered_rows` leaves out of the training file the probed prompts that every response
 solved (the field's pass-rate-1 filter, done once before training instead of per step as DAPO does).
@@ -212,7 +212,7 @@ def report(record: dict, wall_seconds: float, regimes_json: Path = REGIMES_JSON)
               "group's w_local is 0 whatever its split.", ""]
     lines += regime_section({k: share[k] for k in ("mixed", "all_correct", "all_incorrect")}, G, regimes_json)
     lines += ["", f"Took {wall_seconds:.0f} s: the run's start (Ray, vLLM, the actor under DeepSpeed), generating "
-              f"{n} x {G} responses, their rewards, the actor's forward over them and the advantage step; no training."]
+              f"{n} x {G} responses, their rewards and the advantage step; no model forward, no training."]
     return "\n".join(lines)
 
 

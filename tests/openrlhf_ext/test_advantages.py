@@ -294,15 +294,16 @@ def test_unchecked_answers_and_untagged_engines_are_said_once(load_args, capsys,
 
 
 def test_under_probe_the_step_stops_with_the_batch_it_would_have_trained_on(load_args):
-    """--copo.probe: the advantage step measures the batch as it does at any step, then stops (ProbeFinished) with
-    the record: each group in prompt order with its rewards, answer split and columns, and the batch means, which
-    are the metrics the same step logs without the probe."""
+    """--copo.probe: OpenRLHF's make_experience_batch hands the rollout straight to the advantage step (this maker has
+    no actor, reference or critic to run: a forward would fail), which measures the batch as it does at any step,
+    then stops (ProbeFinished) with the record: each group in prompt order with its rewards, answer split and
+    columns, and the batch means, which are the metrics the same step logs without the probe."""
     from openrlhf_copo.probe import ProbeFinished, finished_record
 
     args = load_args(copo_argv("--copo.probe", "unused.json", "--train.seed", "5"))
-    maker, experiences = made_experiences(args, micro_batch=5)  # micro-batches that cut across groups
+    args.rollout.micro_batch_size = 5  # micro-batches that cut across groups
     with pytest.raises(ProbeFinished) as stopped:
-        maker.compute_advantages_and_returns(experiences)
+        maker_for(args).make_experience_batch(make_rollout(REWARDS, IDS))
     record = finished_record(stopped.value)
     assert [g["prompt"] for g in record["groups"]] == ["prompt 0", "prompt 1", "prompt 2"]
     assert [g["split"] for g in record["groups"]] == [[4], [2, 2], [2, 1, 1]]

@@ -3,6 +3,7 @@
 patch  module         what it changes in OpenRLHF 0.11.2                  why
  1     copo           RemoteExperienceMaker.compute_advantages_and_returns
                                                                           COPO's advantages over the whole rollout batch
+                      RemoteExperienceMaker.make_experience_batch         --copo.probe: no model forward before them
  2     copo           ActorPPOTrainer.__init__                            the PolicyLoss becomes loss.CopoPolicyLoss
  3     copo           ActorPPOTrainer.training_step                       the global advantages reach it; terms logged
  4     metrics_file   BasePPOTrainer.save_logs_and_checkpoints            --copo.metrics_file; then the last-step eval
