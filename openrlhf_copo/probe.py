@@ -108,15 +108,15 @@ def shares(groups: List[dict]) -> Dict[str, float]:
 
 
 def split_table(groups: List[dict], G: int, gamma: float, rho: float, base: float) -> List[dict]:
-    """One row per answer split (every split of G up to `ALL_SPLITS_UP_TO`, else those the batch showed), most
-    agreeing first: its entropy and sigmoid weight (the advantage step's functions, `config.attainable_blends`), what
+    """One row per answer split (every split of G up to `ALL_SPLITS_UP_TO`, else those the batch showed), by rising
+    entropy: its entropy and sigmoid weight (the advantage step's functions, `config.attainable_blends`), what
     that weight does (`LOCAL_LOST`), and how many of the batch's groups, and of its mixed ones, showed it."""
     from openrlhf_copo.openrlhf_ext.config import attainable_blends
 
     seen = {tuple(g["split"]) for g in groups}
-    patterns = None if G <= ALL_SPLITS_UP_TO else sorted(seen, key=lambda p: (len(p), [-c for c in p]))
+    patterns = None if G <= ALL_SPLITS_UP_TO else sorted(seen)
     rows = []
-    for pattern, h, w in attainable_blends(G, gamma, rho, base, patterns):
+    for pattern, h, w in sorted(attainable_blends(G, gamma, rho, base, patterns), key=lambda row: row[1]):
         mine = [g for g in groups if tuple(g["split"]) == tuple(pattern)]
         term = ("one answer: no local signal" if len(pattern) == 1 else "global term alone" if w < LOCAL_LOST
                 else "local term kept" if w >= 1 - LOCAL_LOST else "blend of both")
