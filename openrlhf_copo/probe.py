@@ -17,8 +17,8 @@ path would have to copy each and would drift. So the probe is `python -m openrlh
 carrying the batch's record (built by `batch_record` from its own tensors: the answer ids it reads, the shares it
 logs); the driver writes the record to FILE and ends the run, exit status 0 (`driver.run_training`). What it costs
 beyond the rollout: the run's start (Ray, the vLLM engines, the actor loaded under DeepSpeed). It skips the models'
-forwards before the advantage step (`runtime_patches.copo.probe_experience_batch`; over a fork carrying patches/
-they still run), the optimizer step, the weight sync and the final save. Its shares and batch metrics equal step 1's
+forwards before the advantage step (`runtime_patches.copo.probe_experience_batch`, which a fork carrying patches/
+calls too), the optimizer step, the weight sync and the final save. Its shares and batch metrics equal step 1's
 of a run with the same flags and --train.seed (tests/e2e/test_probe_cpu.py).
 
 Offline difficulty filtering: `filtered_rows` leaves out of the training file the probed prompts that every response

@@ -42,7 +42,8 @@ from openrlhf_copo.contract import PATCHES_ENV
 from openrlhf_copo.openrlhf_ext.runtime_patches import evaluation, metrics_file, prompt_order, rollout
 from openrlhf_copo.openrlhf_ext.runtime_patches.copo import (after_training_step, apply, before_training_step,
                                                      copo_advantages_or_none, is_applied, patch_experience_maker,
-                                                     patch_ppo_actor, wrap_actor_loss)
+                                                     patch_ppo_actor, probe_experience_batch, probing,
+                                                     wrap_actor_loss)
 from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import patch_agent
 from openrlhf_copo.openrlhf_ext.runtime_patches.versions import (SUPPORTED_OPENRLHF, OpenRLHFVersionError, check_openrlhf,
                                                          check_symbol, check_version)
@@ -55,7 +56,8 @@ __all__ = [
     "patches_for", "patches_env", "enabled_patches", "ALL_PATCHES", "LOG_ONLY_PATCHES",
     "SUPPORTED_OPENRLHF",
     # the glue a fork carrying patches/ calls
-    "copo_advantages_or_none", "wrap_actor_loss", "before_training_step", "after_training_step",
+    "copo_advantages_or_none", "wrap_actor_loss", "before_training_step", "after_training_step", "probing",
+    "probe_experience_batch",
 ]
 
 
