@@ -12,7 +12,7 @@ from openrlhf_copo.openrlhf_ext.config import CopoSettings
 REPO = Path(__file__).resolve().parents[1]
 FLAG_TABLES = ["README.md", "docs/flags.md"]
 #: How the tables write a default of None, per setting: what None means for it.
-NONE_MEANS = {"std": "the mode's", "metrics_file": "none", "mode": "estimator's name"}
+NONE_MEANS = {"std": "the mode's", "metrics_file": "none", "mode": "estimator's name", "probe": "none"}
 
 
 def flag_rows(page: str) -> dict:

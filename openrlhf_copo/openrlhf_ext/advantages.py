@@ -28,6 +28,7 @@ from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, ANSWER_ID, ANSWE
                                     W_LOCAL_MID, WEIGHTED_GLOBAL_ADV, ZERO_STD, info_tensor)
 from openrlhf_copo.core import copo_advantages
 from openrlhf_copo.openrlhf_ext.config import CopoConfigError, copo_settings
+from openrlhf_copo.probe import ProbeFinished, batch_record
 
 
 
@@ -89,13 +90,20 @@ def check_prompt_groups(experiences, indices: torch.Tensor, n: int) -> None:
     total = int(indices.numel())
     if not torch.equal(torch.sort(indices).values, torch.arange(total)):
         raise RuntimeError(f"COPO: the rollout batch's response indices are not 0..{total - 1} once each")
-    prompts = [None] * total
-    for exp in experiences:
-        for j, p in zip(exp.index, exp.prompts):
-            prompts[int(j)] = p
+    prompts = in_index_order(experiences, "prompts", total)
     for k in range(total // n):
         if len(set(prompts[k * n:(k + 1) * n])) != 1:
             raise RuntimeError(f"COPO: group {k} of the rollout batch holds responses to different prompts")
+
+
+def in_index_order(experiences, field: str, total: int) -> list:
+    """Each response's ``field`` (its prompt, its label) in the order OpenRLHF numbered the responses: response k * n
+    + i is the i-th of prompt k's group."""
+    out = [None] * total
+    for exp in experiences:
+        for j, value in zip(exp.index, getattr(exp, field)):
+            out[int(j)] = value
+    return out
 
 
 def engine_metrics(experiences, train_seed: int) -> dict:
@@ -195,6 +203,11 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
         SIGNAL_COPO: adv.has_signal.float(),
         "group_reward_std": rewards.std(1, keepdim=True).expand(-1, G),
     }
+    if args.copo.probe:  # the first rollout batch measured: the run stops here, before any training (probe.py)
+        texts = {f: in_index_order(experiences, f, total)[::n] for f in ("prompts", "labels")}
+        record = batch_record(columns, rewards, correct, answer_ids, texts["prompts"], texts["labels"],
+                              copo_settings(args))
+        raise ProbeFinished({**record, "seed": args.train.seed})
     split = {k: v.reshape(-1)[indices].split(exp_len) for k, v in columns.items()}
     weighted_local, weighted_global = (v.reshape(-1)[indices].split(exp_len)
                                        for v in (adv.weighted_local, adv.weighted_global))

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
 from openrlhf_copo.contract import MIXED_LOCAL_LOST
-from openrlhf_copo.core import DEFAULTS, STDS, ZERO_CONTROLS, mode_info, modes
+from openrlhf_copo.core import (DEFAULTS, STDS, ZERO_CONTROLS, blend_weights, consistency_entropy, mode_info,
+                                modes)
 from openrlhf_copo.files import write_atomic
 from openrlhf_copo.openrlhf_ext.device import DEVICES
 
@@ -124,6 +125,12 @@ class CopoSettings:
         None, kind=str, scope=ANY_ESTIMATOR,
         help="also append every step's logged metrics, and every evaluation's (rows with \"eval\": "
              "1), to this JSON-lines file (any estimator)")
+    probe: Optional[str] = _setting(
+        None, kind=str,
+        help="probe the regime, no training: the advantage step writes the first rollout batch's groups "
+             "(rewards, correctness, answer split, entropy, w_local, the step's metrics) to this JSON file and the"
+             " run stops there, before any optimizer step, weight sync or save (python -m "
+             "openrlhf_copo.cli.probe runs it and reports)")
     device: str = _setting(
         "auto", choices=DEVICES, scope=ANY_ESTIMATOR,
         help="where the actors run: cuda, cpu (the CPU path: logical GPU slots, no CUDA touched), "
@@ -321,12 +328,21 @@ def _partitions(n: int, largest: Optional[int] = None):
             yield [k] + rest
 
 
-def attainable_blends(G: int, gamma: float, rho: float, base: float) -> List[tuple]:
-    """(pattern, H, w_local) for every answer pattern a group of G responses can show, from one answer to G."""
+def attainable_blends(G: int, gamma: float, rho: float, base: float,
+                      patterns: Optional[List[List[int]]] = None) -> List[tuple]:
+    """(pattern, H, w_local) for every answer pattern a group of G responses can show, from one answer to G (or for
+    ``patterns`` alone), computed by the advantage step's own functions (`core.consistency_entropy`,
+    `core.blend_weights`) on a group of that pattern: the very H and sigmoid weight a group of that split gets."""
+    import torch
+
+    patterns = list(_partitions(G)) if patterns is None else [list(p) for p in patterns]
     out = []
-    for pattern in _partitions(G):
-        h = -sum(c / G * math.log(c / G, base) for c in pattern)
-        out.append((pattern, max(h, 0.0), 1.0 / (1.0 + math.exp(-gamma * (h - rho)))))
+    for start in range(0, len(patterns), 1024):  # G = 32 has 8349 patterns: a [chunk, G, G] comparison at a time
+        chunk = patterns[start:start + 1024]
+        answer_ids = torch.tensor([[a for a, count in enumerate(p) for _ in range(count)] for p in chunk])
+        h = consistency_entropy(answer_ids, base=base)
+        w = blend_weights(h, gamma, rho)
+        out += [(p, hi + 0.0, wi) for p, hi, wi in zip(chunk, h.tolist(), w.tolist())]  # + 0.0: -0.0 -> 0.0
     return out
 
 

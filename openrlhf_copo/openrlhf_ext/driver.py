@@ -48,8 +48,10 @@ from openrlhf_copo.contract import PATCHES_ENV, RAY_WORKER_SETUP_HOOK, ROLLOUT_S
 from openrlhf_copo.openrlhf_ext import config, cpu, device, runtime_patches
 from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
                                                copo_regime, copo_warnings, is_copo)
-from openrlhf_copo.openrlhf_ext.failure import end_run
+from openrlhf_copo.files import write_atomic
+from openrlhf_copo.openrlhf_ext.failure import end_run, stop_ray
 from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
+from openrlhf_copo.probe import finished_record
 
 __all__ = ["DriverError", "CLI", "LOAD_ARGS", "FORK", "CHECKS", "extend_openrlhf_parser", "after_parse",
            "apply_device", "decide_device", "ray_init_kwargs", "openrlhf_ray_init_kwargs", "train_with_copo_ray",
@@ -216,11 +218,20 @@ def train_from_fork(train, args, parser: argparse.ArgumentParser) -> None:
 
 
 def run_training(train, args, prog: str) -> None:
-    """``train(args)``; if it raises, the run ends on one line (`end_run`)."""
+    """``train(args)``; if it raises, the run ends on one line (`end_run`), except a probe's (`--copo.probe`), whose
+    advantage step stops the run on purpose once it has measured the first rollout batch: its record is written to
+    the probe file, Ray is shut down, and the run ends as a success."""
     try:
         train(args)
     except Exception as e:  # a dead Ray worker, an out-of-memory, ...: the traceback, then one line
-        end_run(e, args, prog)
+        record = finished_record(e) if getattr(args.copo, "probe", None) else None
+        if record is None:
+            end_run(e, args, prog)
+        write_atomic(args.copo.probe, json.dumps(record))
+        stop_ray()
+        print(f"openrlhf_copo: probe: the first rollout batch ({len(record['groups'])} prompts x "
+              f"{record['G']}) measured and written to {args.copo.probe}; stopped before any training step",
+              file=sys.stderr, flush=True)
 
 
 def with_worker_hook(runtime_env=None) -> dict:

@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import NoReturn, Optional
 
-__all__ = ["end_run", "stop_on_failure", "failure_line", "EXIT_CODE"]
+__all__ = ["end_run", "stop_on_failure", "stop_ray", "failure_line", "EXIT_CODE"]
 
 #: The exit status of a run that stopped during training (the same as a refused command line's, argparse's 2).
 EXIT_CODE = 2
@@ -34,11 +34,12 @@ def stop_on_failure(error: BaseException, args) -> str:
     """The one line saying what stopped training, then Ray shut down (so that its log forwarding does not print
     after that line). In this order: naming a worker that died asks Ray's actor table."""
     line = failure_line(error, args)
-    _stop_ray()
+    stop_ray()
     return line
 
 
-def _stop_ray() -> None:
+def stop_ray() -> None:
+    """Ray shut down if it is up; a failure to do so is ignored (what the caller prints next matters more)."""
     try:
         import ray
 

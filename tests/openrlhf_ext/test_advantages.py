@@ -291,3 +291,33 @@ def test_unchecked_answers_and_untagged_engines_are_said_once(load_args, capsys,
     assert err.count("returns no extra_logs['copo_verify_failed']") == 1, err
     assert "--copo.max_verify_failed is not enforced" in err
     assert err.count("responses without their engine tag (info['copo_rollout_engine_seed']") == 1, err
+
+
+def test_under_probe_the_step_stops_with_the_batch_it_would_have_trained_on(load_args):
+    """--copo.probe: OpenRLHF's make_experience_batch hands the rollout straight to the advantage step (this maker has
+    no actor, reference or critic to run: a forward would fail), which measures the batch as it does at any step,
+    then stops (ProbeFinished) with the record: each group in prompt order with its rewards, answer split and
+    columns, and the batch means, which are the metrics the same step logs without the probe."""
+    from openrlhf_copo.probe import ProbeFinished, finished_record
+
+    args = load_args(copo_argv("--copo.probe", "unused.json", "--train.seed", "5"))
+    args.rollout.micro_batch_size = 5  # micro-batches that cut across groups
+    with pytest.raises(ProbeFinished) as stopped:
+        maker_for(args).make_experience_batch(make_rollout(REWARDS, IDS))
+    record = finished_record(stopped.value)
+    assert [g["prompt"] for g in record["groups"]] == ["prompt 0", "prompt 1", "prompt 2"]
+    assert [g["split"] for g in record["groups"]] == [[4], [2, 2], [2, 1, 1]]
+    assert [g["rewards"] for g in record["groups"]] == [[1.0] * 4, [0.0] * 4, [1.0, 0.0, 1.0, 0.0]]
+    assert [(g["copo_all_correct"], g["copo_all_incorrect"], g["copo_zero_std"]) for g in record["groups"]] == \
+        [(1.0, 0.0, 1.0), (0.0, 1.0, 1.0), (0.0, 0.0, 0.0)]
+    assert record["groups"][1]["copo_entropy"] == pytest.approx(1.0)  # 2+2: one bit
+    assert record["G"] == 4 and record["seed"] == 5 and record["settings"]["rho"] == 1.5
+    # the batch means are what the step logs when it trains: every column's mean over the responses
+    trained_args = load_args(copo_argv())
+    maker, experiences = made_experiences(trained_args, micro_batch=5)
+    experiences = maker.compute_advantages_and_returns(experiences)
+    for key, value in record["metrics"].items():
+        if key in experiences[0].info:
+            logged = torch.cat([e.info[key].float() for e in experiences]).mean().item()
+            assert value == pytest.approx(logged, abs=1e-6), key
+    assert record["metrics"]["copo_zero_std"] == pytest.approx(2 / 3)

@@ -3,6 +3,7 @@
 patch  module         what it changes in OpenRLHF 0.11.2                  why
  1     copo           RemoteExperienceMaker.compute_advantages_and_returns
                                                                           COPO's advantages over the whole rollout batch
+                      RemoteExperienceMaker.make_experience_batch         --copo.probe: no model forward before them
  2     copo           ActorPPOTrainer.__init__                            the PolicyLoss becomes loss.CopoPolicyLoss
  3     copo           ActorPPOTrainer.training_step                       the global advantages reach it; terms logged
  4     metrics_file   BasePPOTrainer.save_logs_and_checkpoints            --copo.metrics_file; then the last-step eval
@@ -42,7 +43,8 @@ from openrlhf_copo.contract import PATCHES_ENV, ROLLOUT_SEED_ENV
 from openrlhf_copo.openrlhf_ext.runtime_patches import evaluation, metrics_file, prompt_order, rollout
 from openrlhf_copo.openrlhf_ext.runtime_patches.copo import (after_training_step, apply, before_training_step,
                                                      copo_advantages_or_none, is_applied, patch_experience_maker,
-                                                     patch_ppo_actor, wrap_actor_loss)
+                                                     patch_ppo_actor, probe_experience_batch, probing,
+                                                     wrap_actor_loss)
 from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import patch_agent
 from openrlhf_copo.openrlhf_ext.runtime_patches.versions import (SUPPORTED_OPENRLHF, OpenRLHFVersionError, check_openrlhf,
                                                          check_symbol, check_version)
@@ -55,7 +57,8 @@ __all__ = [
     "patches_for", "patches_env", "enabled_patches", "ALL_PATCHES", "LOG_ONLY_PATCHES",
     "SUPPORTED_OPENRLHF",
     # the glue a fork carrying patches/ calls
-    "copo_advantages_or_none", "wrap_actor_loss", "before_training_step", "after_training_step",
+    "copo_advantages_or_none", "wrap_actor_loss", "before_training_step", "after_training_step", "probing",
+    "probe_experience_batch",
 ]
 
 

@@ -38,6 +38,11 @@ PATCHED_SYMBOLS: Dict[Tuple[str, str], Tuple[List[str], str]] = {
     ("openrlhf.trainer.ppo_utils.experience_maker", "RemoteExperienceMaker.compute_advantages_and_returns"):
         (["self", "experiences"], "1"),
     ("openrlhf.trainer.ppo_utils.experience_maker", "apply_length_penalties"): (["experiences", "args"], "1"),
+    # --copo.probe: the batch straight to the advantage step (`copo.probe_experience_batch`)
+    ("openrlhf.trainer.ppo_utils.experience_maker", "RemoteExperienceMaker.make_experience_batch"):
+        (["self", "rollout_samples"], "1"),
+    ("openrlhf.trainer.ppo_utils.experience_maker", "RemoteExperienceMaker.split_rollout_samples"):
+        (["self", "rollout_samples"], "1"),
     ("openrlhf.trainer.ray.ppo_actor", "ActorPPOTrainer.__init__"): (["self"], "2"),
     ("openrlhf.trainer.ray.ppo_actor", "ActorPPOTrainer.training_step"):
         (["self", "experience", "kl_ctl", "step", "loss_batch_info"], "3"),

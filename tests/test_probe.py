@@ -1,0 +1,117 @@
+"""The probe's report (`openrlhf_copo.probe`): shares, the answer-split table, the nearest regime, the filter."""
+
+import json
+
+import pytest
+
+from openrlhf_copo import probe
+
+
+def group(rewards, split, entropy=0.0, w_local=1.0, lost=0.0, prompt="p", label="1"):
+    """A group's record as the advantage step writes it (0/1 rewards: correct = reward 1)."""
+    zero = float(len(set(rewards)) == 1)
+    return {"prompt": prompt, "label": label, "rewards": rewards, "correct": [r == 1 for r in rewards],
+            "split": split, "copo_zero_std": zero, "copo_all_correct": float(all(r == 1 for r in rewards)),
+            "copo_all_incorrect": float(not any(r == 1 for r in rewards)), "copo_entropy": entropy,
+            "copo_w_local": w_local, "copo_mixed_local_lost": lost}
+
+
+GROUPS = [group([1, 1, 1, 1, 1, 1], [6], prompt="a"), group([0] * 6, [4, 2], 0.918, prompt="b"),
+          group([0] * 6, [2, 2, 2], 1.585, prompt="c"), group([1, 1, 1, 1, 1, 0], [5, 1], 0.650, 4e-8, 1.0, "d")]
+
+
+def test_shares_of_mixed_all_correct_and_all_incorrect_groups():
+    assert probe.shares(GROUPS) == {"mixed": 0.25, "all_correct": 0.25, "all_incorrect": 0.5, "zero_variance": 0.75}
+
+
+def test_answer_split_counts_equal_answers_largest_first():
+    assert probe.answer_split([9, 3, 9, 9, 4, 9]) == [4, 1, 1]
+    assert probe.answer_split([2, 2, 2]) == [3]
+
+
+def test_split_table_at_g6_gamma20_rho15_lists_every_split_with_its_entropy_and_weight():
+    rows = {r["split"]: r for r in probe.split_table(GROUPS, 6, 20.0, 1.5, 2.0)}
+    assert len(rows) == 11  # the partitions of 6
+    # hand-computed entropies (bits): 5+1 = -(5/6 log2 5/6 + 1/6 log2 1/6), 3+3 = 1, 2+2+2 = log2 3
+    expected = {"6": 0.0, "5+1": 0.650, "4+2": 0.918, "3+3": 1.0, "4+1+1": 1.252, "3+2+1": 1.459, "2+2+2": 1.585,
+                "3+1+1+1": 1.792, "1+1+1+1+1+1": 2.585}
+    for split, h in expected.items():
+        assert rows[split]["entropy"] == pytest.approx(h, abs=1e-3), split
+    # w_local = sigmoid(20 (H - 1.5)): 5+1 trains on the global term alone, 2+2+2 blends, 3+1+1+1 keeps the local term
+    assert rows["5+1"]["w_local"] == pytest.approx(4.14e-8, rel=1e-2) and rows["5+1"]["term"] == "global term alone"
+    assert rows["2+2+2"]["w_local"] == pytest.approx(0.845, abs=1e-3) and rows["2+2+2"]["term"] == "blend of both"
+    assert rows["3+2+1"]["w_local"] == pytest.approx(0.306, abs=1e-3)
+    assert rows["3+1+1+1"]["term"] == "local term kept" and rows["6"]["term"] == "one answer: no local signal"
+    # the batch's groups counted under their split, the mixed ones apart
+    assert (rows["5+1"]["groups"], rows["5+1"]["mixed"]) == (1, 1)
+    assert (rows["4+2"]["groups"], rows["4+2"]["mixed"]) == (1, 0)
+    assert rows["3+3"]["groups"] == 0
+
+
+def test_split_table_beyond_g8_lists_the_splits_the_batch_showed():
+    groups = [group([1] * 16, [16]), group([1] * 15 + [0], [15, 1])]
+    rows = probe.split_table(groups, 16, 20.0, 1.5, 2.0)
+    assert [r["split"] for r in rows] == ["16", "15+1"]
+
+
+REGIMES = {name: {"G": g, "lr": 3e-5, "table": {"grpo": {"first_step": {
+    "copo_zero_std": zero, "copo_all_incorrect": wrong, "copo_all_correct": zero - wrong}}}}
+    for name, g, zero, wrong in (("mixed", 4, 0.5, 0.5), ("hard", 6, 0.6, 0.6), ("plateau", 6, 0.77, 0.1),
+                                 ("plateau-lr1e-05", 6, 0.77, 0.1))}
+
+
+@pytest.mark.parametrize("probed, nearest", [
+    ({"mixed": 0.2, "all_correct": 0.0, "all_incorrect": 0.8}, ["hard"]),
+    ({"mixed": 0.55, "all_correct": 0.0, "all_incorrect": 0.45}, ["mixed"]),
+    # two columns of one start tie: both
+    ({"mixed": 0.2, "all_correct": 0.7, "all_incorrect": 0.1}, ["plateau", "plateau-lr1e-05"]),
+])
+def test_the_nearest_regime_by_the_shares_of_step_1(probed, nearest):
+    assert [name for _, name in probe.nearest_regimes(probed, REGIMES)] == nearest
+
+
+def test_the_nearest_regimes_column_is_the_readmes_which_method_when_table():
+    """The committed regimes.json (benchmarks/regimes.py report): the probe quotes the README's cells."""
+    lines = probe.regime_section({"mixed": 0.21, "all_correct": 0.0, "all_incorrect": 0.79}, 6)
+    text = "\n".join(lines)
+    assert text.startswith("Nearest regime: **hard (G = 6, lr 3e-05)**, distance 0.27")
+    readme = (probe.REPO / "README.md").read_text()
+    copo_row = next(line for line in readme.splitlines() if line.startswith("| copo |"))
+    hard_cell = copo_row.split(" | ")[2]  # the README's column order: mixed, hard, plateau, plateau at 1e-05
+    assert f"| copo | {hard_cell} |" in text
+
+
+def test_no_regimes_file_is_said_in_one_line(tmp_path):
+    assert "is not in this checkout" in probe.regime_section({"mixed": 1, "all_correct": 0, "all_incorrect": 0}, 6,
+                                                             tmp_path / "none.json")[0]
+
+
+def test_the_report_gives_shares_the_split_table_and_the_time():
+    record = {"groups": GROUPS, "G": 6, "seed": 3, "metrics": {},
+              "settings": {"gamma": 20.0, "rho": 1.5, "entropy_base": 2.0, "mode": "copo", "zero_control": "prompt"}}
+    text = probe.report(record, 61.4)
+    assert text.startswith("# Probe: 4 prompts x G = 6, seed 3, 61 s")
+    assert "| mixed (rewards differ) | 0.25 | 1 |" in text and "| all incorrect | 0.50 | 2 |" in text
+    assert "| 5+1 | 0.650 | 4.14e-08 | global term alone | 1 | 1 |" in text
+    assert "Mixed groups whose local term is gone (w_local < 0.05): 1 of 1" in text
+    assert "at rho <= 0.42" in text  # compare.rho_keeping_every_split(6)
+    assert "Took 61 s" in text
+
+
+def test_offline_filter_drops_the_probed_prompts_every_response_solved():
+    rows = [{"q": "a"}, {"q": "b"}, {"q": "d"}, {"q": "a"}, {"q": "never probed"}]
+    kept, dropped = probe.filtered_rows(rows, lambda row: (row["q"], "1"), GROUPS)
+    assert kept == [{"q": "b"}, {"q": "d"}, {"q": "never probed"}] and dropped == 2  # "a" (all correct), twice
+
+
+def test_probe_finished_travels_pickled_with_its_record():
+    import pickle
+
+    error = pickle.loads(pickle.dumps(probe.ProbeFinished({"groups": [1, 2, 3]})))
+    assert probe.finished_record(error) == {"groups": [1, 2, 3]}
+
+    class Wrapped(Exception):  # as Ray hands the driver an actor's error: the original as its ``cause``
+        cause = error
+
+    assert probe.finished_record(Wrapped()) == {"groups": [1, 2, 3]}
+    assert probe.finished_record(RuntimeError("other")) is None
