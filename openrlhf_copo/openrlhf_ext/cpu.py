@@ -376,11 +376,13 @@ def install() -> None:
     path (`OPENRLHF_COPO_CPU=1`): the choice is the driver's, made once, never a worker's CUDA query."""
     global _APPLIED
     if not _APPLIED:
-        from openrlhf_copo.openrlhf_ext.runtime_patches.versions import CPU_PATH, PATCHED_SYMBOLS, check_symbol
+        from openrlhf_copo.openrlhf_ext.runtime_patches.versions import (CPU_PATH, PATCHED_SYMBOLS, check_symbol,
+                                                                         check_vllm)
 
         for (module, qualname), (_, patch) in PATCHED_SYMBOLS.items():
             if patch == CPU_PATH:
                 check_symbol(module, qualname)  # an openrlhf whose symbols moved fails here, in one line
+        check_vllm(CPU_PATH)  # and a vLLM without the gloo group, the engine config hook or the weight reload
         use_this_environments_op_builds()
         apply_torch_device_path()
         apply_vllm_worker_path()

@@ -21,11 +21,16 @@ The checks (`after_parse`), in order:
     refusals      copo_problems: one line, the run does not start
     warnings      the regime line, then copo_warnings: printed, the run goes on
     openrlhf      openrlhf version and signatures: an unsupported openrlhf fails here, not in a worker
-    resume_guard  check_resume_settings: a checkpoint resumes with its own settings
-    preflight     model folder, data files, rows, labels
+    vllm          every vLLM function the patches, the CPU path and the evaluation call (`versions.VLLM_SYMBOLS`):
+                  a vLLM that lacks one fails here, in one line naming it
+    patch_driver  (COPO) patches 1-3 installed in this process too; load_args patches nothing
     device        --copo.device (`device.py`): CUDA or the CPU path, decided where the actors will run, said in one
                   line; the CPU path's refusals and adaptations follow it (`cpu.py`), and args.copo.device holds
                   the decision from here on
+    disk_checks   the resume guard (check_resume_settings: a checkpoint resumes with its own settings) and the
+                  preflight (model folder, data files, rows, labels), run where the actors will run and said in one
+                  line: here when Ray starts a cluster of its own; on a cluster to join, Ray is started (as the CLI
+                  would start it next) and they run in a task on each node with GPU slots (`actor_nodes.py`)
 
 Then `ray_init_kwargs` (the worker hook: patches in every worker, no CUDA touched, which ones by estimator and flags,
 `runtime_patches.patches_for`; the actor tokenizer's stop tokens for the reward; the CPU path's environment and local
@@ -45,14 +50,15 @@ import sys
 import traceback
 
 from openrlhf_copo.contract import PATCHES_ENV, RAY_WORKER_SETUP_HOOK, ROLLOUT_SEED_ENV
-from openrlhf_copo.openrlhf_ext import config, cpu, device, runtime_patches
+from openrlhf_copo.openrlhf_ext import actor_nodes, config, cpu, device, runtime_patches
 from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
                                                copo_regime, copo_warnings, is_copo)
 from openrlhf_copo.openrlhf_ext.failure import end_run
 from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
+from openrlhf_copo.openrlhf_ext.runtime_patches import versions
 
 __all__ = ["DriverError", "CLI", "LOAD_ARGS", "FORK", "CHECKS", "extend_openrlhf_parser", "after_parse",
-           "apply_device", "decide_device", "ray_init_kwargs", "openrlhf_ray_init_kwargs", "train_with_copo_ray",
+           "apply_device", "decide_device", "ray_init_kwargs", "start_ray", "openrlhf_ray_init_kwargs", "train_with_copo_ray",
            "train_from_fork", "run_training", "with_worker_hook", "end_run", "openrlhf_args", "openrlhf_main_block",
            "ArgsRecorder"]
 
@@ -60,10 +66,11 @@ __all__ = ["DriverError", "CLI", "LOAD_ARGS", "FORK", "CHECKS", "extend_openrlhf
 CLI, LOAD_ARGS, FORK = "cli", "load_args", "fork"
 
 #: Which checks each entry point runs on the arguments OpenRLHF hands to `train(args)`, in this order
-#: (`after_parse`). `load_args` checks the arguments alone: it reads no file, writes nothing and asks no cluster.
+#: (`after_parse`). `load_args` checks the arguments alone: it reads no file, writes nothing, asks no cluster and
+#: patches nothing (the openrlhf check reads signatures only).
 CHECKS = {
-    CLI: ("refusals", "warnings", "openrlhf", "resume_guard", "preflight", "device"),
-    FORK: ("refusals", "warnings", "openrlhf", "resume_guard", "preflight", "device"),
+    CLI: ("refusals", "warnings", "openrlhf", "vllm", "patch_driver", "device", "disk_checks"),
+    FORK: ("refusals", "warnings", "openrlhf", "vllm", "patch_driver", "device", "disk_checks"),
     LOAD_ARGS: ("refusals", "warnings", "openrlhf"),
 }
 
@@ -103,10 +110,20 @@ def _warnings(args, warn) -> None:
 def _openrlhf(args, warn) -> None:
     try:
         runtime_patches.check_openrlhf()
-        if is_copo(args):
-            runtime_patches.apply()
     except runtime_patches.OpenRLHFVersionError as e:
         raise DriverError(str(e)) from None
+
+
+def _vllm(args, warn) -> None:
+    try:
+        versions.check_vllm()
+    except versions.VllmVersionError as e:
+        raise DriverError(str(e)) from None
+
+
+def _patch_driver(args, warn) -> None:
+    if is_copo(args):
+        runtime_patches.apply()
 
 
 def _resume_guard(args, warn) -> None:
@@ -123,12 +140,26 @@ def _preflight(args, warn) -> None:
         raise DriverError(str(e)) from None
 
 
+def _disk_checks(args, warn) -> None:
+    address = device.cluster_address()
+    if address is None:
+        _resume_guard(args, warn)
+        _preflight(args, warn)
+        print("openrlhf_copo: the resume guard and the preflight ran on this machine, where the actors run (no Ray "
+              "cluster to join)", file=sys.stderr, flush=True)
+        return
+    try:
+        actor_nodes.check_on_cluster(args, address, start_ray=lambda: start_ray(args))
+    except actor_nodes.DiskCheckError as e:
+        raise DriverError(str(e)) from None
+
+
 def _device(args, warn) -> None:
     apply_device(args)
 
 
-_CHECK_STEPS = {"refusals": _refusals, "warnings": _warnings, "openrlhf": _openrlhf, "resume_guard": _resume_guard,
-                "preflight": _preflight, "device": _device}
+_CHECK_STEPS = {"refusals": _refusals, "warnings": _warnings, "openrlhf": _openrlhf, "vllm": _vllm,
+                "patch_driver": _patch_driver, "device": _device, "disk_checks": _disk_checks}
 
 
 def apply_device(args) -> device.DeviceDecision:
@@ -189,13 +220,19 @@ def openrlhf_ray_init_kwargs() -> dict:
     }}}
 
 
-def train_with_copo_ray(args) -> None:
-    """The CLI's training: Ray started with COPO's settings over OpenRLHF's own, then OpenRLHF's `train(args)`, which
-    skips its own `ray.init` as Ray is up. (Ray already up in this process: it is used as it is, as OpenRLHF does.)"""
+def start_ray(args) -> None:
+    """Ray started with COPO's settings over OpenRLHF's own, unless it is up in this process already (then it is
+    used as it is, as OpenRLHF does). OpenRLHF's `train` (or a fork's) then skips its own `ray.init`."""
     import ray
 
     if not ray.is_initialized():
         ray.init(**ray_init_kwargs(args, openrlhf_ray_init_kwargs()))
+
+
+def train_with_copo_ray(args) -> None:
+    """The CLI's training: Ray started (`start_ray`; the disk checks started it already on a cluster to join), then
+    OpenRLHF's `train(args)`."""
+    start_ray(args)
     importlib.import_module(OPENRLHF_MAIN).train(args)
 
 

@@ -19,7 +19,7 @@ import time
 
 from openrlhf_copo.contract import ANSWER_ID, sample_correct, sample_outcome
 from openrlhf_copo.openrlhf_ext.runtime_patches.metrics_file import append_metrics, last_step
-from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol, check_vllm
 
 
 #: What patch 8 hands patch 5 about the evaluation under way: its greedy samples (`evaluate` hands
@@ -119,6 +119,7 @@ def apply_eval_generation() -> None:
     for name in ("SamplesGenerator.generate_eval_samples", "SamplesGenerator._generate_vllm"):  # called positionally
         check_symbol("openrlhf.trainer.ppo_utils.samples_generator", name)
     check_symbol("openrlhf.trainer.ray.vllm_engine", "batch_vllm_engine_call")
+    check_vllm("8")  # the engines' sleep(level) and wake_up(tags), reached through batch_vllm_engine_call
 
     @functools.wraps(original)
     def generate_eval_samples(self, **generate_kwargs):
