@@ -59,7 +59,7 @@ from openrlhf_copo.openrlhf_ext.runtime_patches import versions
 
 __all__ = ["DriverError", "CLI", "LOAD_ARGS", "FORK", "CHECKS", "extend_openrlhf_parser", "after_parse",
            "apply_device", "decide_device", "ray_init_kwargs", "start_ray", "openrlhf_ray_init_kwargs", "train_with_copo_ray",
-           "train_from_fork", "run_training", "with_worker_hook", "end_run", "openrlhf_args", "openrlhf_main_block",
+           "train_from_fork", "run_training", "with_worker_hook", "end_run", "openrlhf_args", "openrlhf_main_block", "unknown_flags",
            "ArgsRecorder"]
 
 #: The entry points.
@@ -317,16 +317,10 @@ def openrlhf_args(argv, prog: str):
     `if __name__ == "__main__":`, not in a function to call, and a copy of those ~570 lines would drift from the
     installed openrlhf. The block runs compiled from its own source (`openrlhf_main_block`: its file and lines in
     tracebacks) in a copy of the module's namespace, in one mode: its first part builds `parser`, COPO's flags are
-    added, and its second part parses, adjusts and calls `train(args)`, which here is an `ArgsRecorder`. So nothing
+    added (and abbreviated flags refused: `_main_block_namespace`), and its second part parses, adjusts and calls `train(args)`, which here is an `ArgsRecorder`. So nothing
     trains, no exception stops the block, and nothing of argparse or Ray is replaced for the process. A fork's block
     (patches/) runs the same way: its `train_from_fork` hands the recorder the args."""
-    upstream = importlib.import_module(OPENRLHF_MAIN)
-    build_parser, parse_and_train = openrlhf_main_block(upstream)
-    namespace = dict(vars(upstream))
-    exec(build_parser, namespace)
-    parser = namespace["parser"]
-    parser.prog = prog
-    extend_openrlhf_parser(parser)
+    upstream, namespace, parse_and_train = _main_block_namespace(prog)
     recorder = namespace["train"] = ArgsRecorder()
     saved_argv, sys.argv = sys.argv, [prog, *argv]
     try:
@@ -339,6 +333,30 @@ def openrlhf_args(argv, prog: str):
         raise DriverError(f"{upstream.__file__}: its main called train(args) {len(recorder.calls)} times, not once; "
                           "openrlhf_copo cannot run this OpenRLHF's main")
     return recorder.calls[0]
+
+
+def _main_block_namespace(prog: str):
+    """OpenRLHF's main module, a copy of its namespace in which the first part of its main block has built `parser`
+    (COPO's flags added, abbreviated flags refused), and the second part of that block, to run there."""
+    upstream = importlib.import_module(OPENRLHF_MAIN)
+    build_parser, parse_and_train = openrlhf_main_block(upstream)
+    namespace = dict(vars(upstream))
+    exec(build_parser, namespace)
+    parser = namespace["parser"]
+    parser.prog = prog
+    # Whole flags only: argparse would take `--actor.model_name_or_pat` for `--actor.model_name_or_path`, while what
+    # reads the command line as written (the CPU demo's "no model given", the example scripts' paths) would not.
+    parser.allow_abbrev = False
+    extend_openrlhf_parser(parser)
+    return upstream, namespace, parse_and_train
+
+
+def unknown_flags(argv, prog: str) -> list:
+    """The flags of ``argv`` (as written, without a value) that the CLI's parser does not know, an abbreviation of a
+    flag included; argparse's own error for a bad value or `--help` exits as it does."""
+    _, namespace, _ = _main_block_namespace(prog)
+    _, unknown = namespace["parser"].parse_known_args(argv)
+    return [a.split("=", 1)[0] for a in unknown if a.startswith("--")]
 
 
 def openrlhf_main_block(module):
