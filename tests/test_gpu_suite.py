@@ -64,8 +64,8 @@ def test_run_sh_removes_the_bundle_it_unpacked_however_pytest_ends(tmp_path):
     tmp.mkdir()
     for rc in (0, 1):
         out = subprocess.run(["bash", str(GPU / "run.sh")], capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "GPU_BUNDLE": str(bundle), "PYTHON": str(fake_python), "TMPDIR": str(tmp),
-                                  "PYTEST_RC": str(rc)})
+                             env={**os.environ, "GPU_BUNDLE": str(bundle), "PYTHON": str(fake_python),
+                                  "TMPDIR": str(tmp), "PYTEST_RC": str(rc)})
         assert out.returncode == rc and "pytest ran" in out.stdout, out.stdout + out.stderr
         assert f"GPU bundle unpacked in {tmp}/copo-gpu-site." in out.stdout
         assert list(tmp.iterdir()) == [], "the unpacked bundle was left behind"

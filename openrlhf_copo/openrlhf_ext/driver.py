@@ -58,9 +58,9 @@ from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
 from openrlhf_copo.openrlhf_ext.runtime_patches import versions
 
 __all__ = ["DriverError", "CLI", "LOAD_ARGS", "FORK", "CHECKS", "extend_openrlhf_parser", "after_parse",
-           "apply_device", "decide_device", "ray_init_kwargs", "start_ray", "openrlhf_ray_init_kwargs", "train_with_copo_ray",
-           "train_from_fork", "run_training", "with_worker_hook", "end_run", "openrlhf_args", "openrlhf_main_block", "unknown_flags",
-           "ArgsRecorder"]
+           "apply_device", "decide_device", "ray_init_kwargs", "start_ray", "openrlhf_ray_init_kwargs",
+           "train_with_copo_ray", "train_from_fork", "run_training", "with_worker_hook", "end_run", "openrlhf_args",
+           "openrlhf_main_block", "unknown_flags", "ArgsRecorder"]
 
 #: The entry points.
 CLI, LOAD_ARGS, FORK = "cli", "load_args", "fork"
@@ -317,9 +317,10 @@ def openrlhf_args(argv, prog: str):
     `if __name__ == "__main__":`, not in a function to call, and a copy of those ~570 lines would drift from the
     installed openrlhf. The block runs compiled from its own source (`openrlhf_main_block`: its file and lines in
     tracebacks) in a copy of the module's namespace, in one mode: its first part builds `parser`, COPO's flags are
-    added (and abbreviated flags refused: `_main_block_namespace`), and its second part parses, adjusts and calls `train(args)`, which here is an `ArgsRecorder`. So nothing
-    trains, no exception stops the block, and nothing of argparse or Ray is replaced for the process. A fork's block
-    (patches/) runs the same way: its `train_from_fork` hands the recorder the args."""
+    added (and abbreviated flags refused: `_main_block_namespace`), and its second part parses, adjusts and calls
+    `train(args)`, which here is an `ArgsRecorder`. So nothing trains, no exception stops the block, and nothing of
+    argparse or Ray is replaced for the process. A fork's block (patches/) runs the same way: its `train_from_fork`
+    hands the recorder the args."""
     upstream, namespace, parse_and_train = _main_block_namespace(prog)
     recorder = namespace["train"] = ArgsRecorder()
     saved_argv, sys.argv = sys.argv, [prog, *argv]
