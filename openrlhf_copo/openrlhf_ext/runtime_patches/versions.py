@@ -102,8 +102,10 @@ VLLM_SYMBOLS: Dict[Tuple[str, str], Tuple[List[str], List[str], Tuple[str, ...]]
     ("vllm", "LLM"): ([], ["model", "dtype", "seed", "enforce_eager", "trust_remote_code"], (EVALUATION,)),
     ("vllm", "LLM.generate"): (["self", "prompts", "sampling_params"], [], (EVALUATION,)),
     ("vllm", "LLM.get_tokenizer"): (["self"], [], (EVALUATION,)),
-    # the CPU path (`cpu.py`): the gloo weight-sync group, the engine config hook (it sets `dtype` and
-    # `enable_chunked_prefill`), the reload of the synced weights in vLLM's worker
+    # the CPU path (`cpu.py`): the plugin loader that runs `cpu.vllm_plugin` (entry point group
+    # "vllm.general_plugins") in vLLM's own processes, the gloo weight-sync group, the engine config hook (it sets
+    # `dtype` and `enable_chunked_prefill`), the reload of the synced weights in vLLM's worker
+    ("vllm.plugins", "load_general_plugins"): ([], [], (CPU_PATH,)),
     ("vllm.distributed.utils", "stateless_init_torch_distributed_process_group"):
         (["host", "port", "rank", "world_size"], ["backend"], (CPU_PATH,)),
     ("vllm.engine.arg_utils", "EngineArgs"): ([], ["dtype", "enable_chunked_prefill"], (CPU_PATH,)),
