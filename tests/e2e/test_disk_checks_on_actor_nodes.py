@@ -99,5 +99,5 @@ def test_the_settings_file_is_written_by_a_task_on_the_actor_node_and_the_line_s
         "openrlhf_copo: the resume guard and the preflight ran on the 1 node\\(s\\) with GPU slots, where the actors "
         rf"run: \S+ \(node {cluster['worker'][:8]}\)", said[0]), lines[-40:]
     (task_nodes,) = [json.loads(x.split(" ", 1)[1]) for x in lines if x.startswith("TASK_NODES ")]
-    assert task_nodes == [cluster["worker"]]
+    assert set(task_nodes) == {cluster["worker"]}  # every disk-check task of the cluster (both tests') ran there
     assert json.loads((ckpt / "copo_settings.json").read_text())["estimator"] == "copo"
