@@ -5,12 +5,19 @@
         `pip install --no-deps openrlhf`), or from a pip --report that resolved it (check_gpu_install.sh); needs
         `packaging`
     python scripts/gpu_install.py summary REPORT                     the resolved versions of a pip --report
+    python scripts/gpu_install.py drop-stand-in SITE                 remove SITE/flash_attn if it is the import-only
+        stand-in (an earlier FLASH_ATTN=stub), before the compile; a compiled flash-attn stays (setup_gpu.sh rerun)
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: its kernels.py
+from openrlhf_copo.openrlhf_ext.kernels import STAND_IN_ATTRS  # noqa: E402  (standard library only)
 
 #: The packages whose resolved versions the check prints, in this order.
 SHOWN = ("torch", "vllm", "openrlhf", "deepspeed", "ray", "transformers", "flash-attn", "math-verify")
@@ -62,12 +69,33 @@ def summary(report_path: str) -> list:
     return lines
 
 
+def drop_stand_in(site: str) -> str:
+    """Remove ``site``/flash_attn if it is the import-only stand-in (its `__init__.py` carries a `STAND_IN_ATTRS`
+    mark; read, not imported), and say what was done. A compiled flash-attn, or none, is left as it is.
+
+    Why: the compile step used to remove `flash_attn` unconditionally, to clear a stand-in left by FLASH_ATTN=stub.
+    Rerun on a working install, that deleted the compiled package while its metadata stayed: pip then found
+    flash-attn "already satisfied" and the final import failed."""
+    init = os.path.join(site, "flash_attn", "__init__.py")
+    try:
+        with open(init) as f:
+            text = f.read()
+    except OSError:
+        return f"no flash_attn in {site}"
+    if not any(f"{attr} = True" in text for attr in STAND_IN_ATTRS):
+        return f"{os.path.dirname(init)} is not the stand-in: kept"
+    shutil.rmtree(os.path.dirname(init))
+    return f"removed the flash-attn stand-in from {site}"
+
+
 def main(argv: list) -> int:
     if argv[:1] == ["openrlhf-deps"]:
         report = argv[2] if argv[1:2] == ["--report"] else None
         print("\n".join(openrlhf_deps(report)))
     elif argv[:1] == ["summary"] and len(argv) == 2:
         print("\n".join(summary(argv[1])))
+    elif argv[:1] == ["drop-stand-in"] and len(argv) == 2:
+        print(drop_stand_in(argv[1]))
     else:
         print(__doc__, file=sys.stderr)
         return 2

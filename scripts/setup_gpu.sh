@@ -91,7 +91,9 @@ if [ "$FLASH_ATTN" = compile ]; then
       "per job, at most half of $(nproc) cores (set MAX_JOBS to override; a job out of memory is killed);" \
       "FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-80;90;100;120} (set it to your GPUs' alone to compile less)"
   fi
-  rm -rf "$SITE/flash_attn"  # a stand-in left by an earlier FLASH_ATTN=stub
+  # a stand-in left by an earlier FLASH_ATTN=stub goes; a compiled flash-attn (a rerun) stays, and pip keeps it
+  DROPPED=$("$VPY" scripts/gpu_install.py drop-stand-in "$SITE")
+  say "$DROPPED"
   # FORCE_BUILD: 2.8.3 publishes no wheel for torch 2.13, so skip its download attempt and compile.
   MAX_JOBS=$MAX_JOBS FLASH_ATTENTION_FORCE_BUILD=TRUE "${PIP[@]}" --no-build-isolation "$GPU_FLASH_ATTN_SPEC"
   # -- 3. the rest (openrlhf[vllm] finds its flash-attn pin satisfied)

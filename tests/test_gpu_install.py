@@ -107,3 +107,44 @@ def test_summary_of_a_pip_report(tmp_path):
 @pytest.mark.parametrize("script", ["setup_gpu.sh", "check_gpu_install.sh", "gpu_pins.sh"])
 def test_scripts_parse(script):
     subprocess.run(["bash", "-n", str(ROOT / "scripts" / script)], check=True)
+
+
+def _compiled_flash_attn(site: Path) -> None:
+    """A stand-in for a compiled flash-attn 2.8.3 as pip leaves it: the package, its CUDA extension module (a
+    Python module here) and the metadata pip reads to say "already satisfied"."""
+    (site / "flash_attn").mkdir(parents=True)
+    (site / "flash_attn" / "__init__.py").write_text('__version__ = "2.8.3"\nimport flash_attn_2_cuda\n')
+    (site / "flash_attn_2_cuda.py").write_text("KERNELS = True\n")
+    meta = site / "flash_attn-2.8.3.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: flash_attn\nVersion: 2.8.3\n")
+
+
+def test_a_rerun_keeps_a_compiled_flash_attn(tmp_path):
+    """setup_gpu.sh's compile step used to remove site-packages/flash_attn to clear an earlier stand-in: rerun on a
+    working install, it deleted the compiled package, pip said flash-attn was already satisfied (its metadata stayed)
+    and the final import failed. The step now removes the stand-in only."""
+    site = tmp_path / "site"
+    _compiled_flash_attn(site)
+    assert _helper("drop-stand-in", str(site)).strip() == f"{site / 'flash_attn'} is not the stand-in: kept"
+    out = subprocess.run([sys.executable, "-c", "import flash_attn, flash_attn_2_cuda; print(flash_attn.__version__)"],
+                         env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "2.8.3", out.stderr
+
+
+def test_the_compile_step_clears_an_earlier_stand_in(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    shutil.copytree(ROOT / "cpu" / "stubs" / "flash_attn", site / "flash_attn")
+    assert _helper("drop-stand-in", str(site)).strip() == f"removed the flash-attn stand-in from {site}"
+    assert not (site / "flash_attn").exists()
+    assert _helper("drop-stand-in", str(site)).strip() == f"no flash_attn in {site}"
+
+
+def test_the_compile_step_removes_flash_attn_only_through_that_check():
+    """In setup_gpu.sh, site-packages/flash_attn is removed outright only where FLASH_ATTN=stub replaces it."""
+    text = SETUP.read_text()
+    compile_step = text[text.index('if [ "$FLASH_ATTN" = compile ]; then\n  if [ -z "${MAX_JOBS:-}" ]'):]
+    compile_step = compile_step[:compile_step.index("\nelse\n")]
+    assert 'DROPPED=$("$VPY" scripts/gpu_install.py drop-stand-in "$SITE")' in compile_step
+    assert "rm -rf" not in compile_step

@@ -50,15 +50,18 @@ def test_patches_apply_and_the_estimator_tests_pass_on_the_fork(fork):
 
 @pytest.mark.parametrize("extra, reason", [
     (["--copo.eps", "-1"], "--copo.eps -1.0 must be >= 0"),  # refusal
-    (["--rollout.n_samples_per_prompt", "2"], "does not exist"),  # preflight: the model folder
+    # preflight: the model folder (after the device step, said outright so that no CPU-path refusal comes first)
+    (["--rollout.n_samples_per_prompt", "2", "--copo.device", "cuda"], "does not exist"),
 ])
 def test_the_forks_own_main_runs_the_same_driver_steps(fork, tmp_path, extra, reason):
     """`python -m openrlhf.cli.train_ppo_ray` of the fork: the CLI's refusals and preflight, as one argparse error."""
     from tests_support import copo_argv
 
     argv = copo_argv(model=str(tmp_path / "no-such-model")) + extra
+    env = {**fork_env(fork), "RAY_TMPDIR": str(tmp_path)}  # no `ray start` cluster of this machine to join
+    env.pop("RAY_ADDRESS", None)
     out = subprocess.run([sys.executable, "-m", "openrlhf.cli.train_ppo_ray", *argv], cwd=tmp_path,
-                         env=fork_env(fork), capture_output=True, text=True, timeout=300)
+                         env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stderr[-2000:]
     assert reason in out.stderr.strip().splitlines()[-1], out.stderr[-2000:]
     assert "Traceback" not in out.stderr

@@ -84,6 +84,56 @@ def train_argv(tmp: Path, model: str, data: Path, max_samples: int, *extra: str)
     ]
 
 
+class RayNodes:
+    """Ray nodes a test starts with `ray start`, each in a session of its own: `stop` ends exactly those process groups
+    (the `ray start` process, and the GCS, raylet, dashboard and workers it leaves behind), as scripts/ray_cluster.sh
+    does. `ray stop --force` would end every Ray cluster on the machine, a user's jobs included."""
+
+    def __init__(self, ray: str):
+        self.ray = ray
+        self.groups = []
+
+    def start(self, *args: str, env=None, timeout: float = 300) -> None:
+        proc = subprocess.Popen([self.ray, "start", *args], env=env, start_new_session=True)
+        self.groups.append(proc.pid)  # a session leader: its pid is its process group's id
+        if proc.wait(timeout=timeout) != 0:
+            raise RuntimeError(f"`ray start {' '.join(args)}` failed (exit {proc.returncode})")
+
+    def alive(self) -> list:
+        """The process groups of these nodes that still have a process."""
+        out = []
+        for group in self.groups:
+            try:
+                os.killpg(group, 0)
+                out.append(group)
+            except ProcessLookupError:
+                pass
+        return out
+
+    def stop(self, grace_s: float = 20) -> None:
+        """SIGTERM to each node's process group, SIGKILL to what is left after ``grace_s``."""
+        import signal
+        import time
+
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5)):
+            for group in self.alive():
+                try:
+                    os.killpg(group, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + wait
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        self.groups = self.alive()
+
+
+def ray_start_ports(head: bool = True) -> list:
+    """`ray start` flags giving a node free ports for what it would otherwise take at a fixed default that another Ray
+    on the machine may hold (the dashboard agent's 52365; a head's Ray client server, 10001)."""
+    ports = ["--dashboard-agent-listen-port", str(free_port())]
+    return ports + (["--ray-client-server-port", str(free_port())] if head else [])
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -37,22 +37,47 @@ print(json.dumps({"working_dir": working_dir, "excludes": excludes}))
 PYEOF
 }
 
-copo_check_inputs() {  # every absolute path the job reads must exist here, before anything is submitted
+# The flags whose values are paths the job reads (each comma-separated entry: a local file or folder, or a hub name)
+# and writes. Extra flags on a script's command line come after its own, so they are covered too.
+COPO_READ_FLAGS="--actor.model_name_or_path --reward.remote_url --data.prompt_dataset --eval.dataset"
+COPO_WRITE_FLAGS="--ckpt.path --ckpt.output_dir --copo.metrics_file --logger.tensorboard_dir"
+
+copo_absolute_paths() {  # every path in ARGS made absolute, read from the repository root (the rule of _paths.sh)
+  local i flag
+  for ((i = 1; i < ${#ARGS[@]}; i++)); do
+    flag=${ARGS[i - 1]}
+    if [[ " $COPO_WRITE_FLAGS " == *" $flag "* ]]; then
+      ARGS[i]=$(copo_abspath "${ARGS[i]}")
+    elif [[ " $COPO_READ_FLAGS " == *" $flag "* ]]; then
+      ARGS[i]=$(copo_local "${ARGS[i]}")  # a hub name stays as it is
+    fi
+  done
+}
+
+copo_check_inputs() {  # every local path the job reads must exist here, before anything is submitted
   local flag="" arg entry
   for arg in "${ARGS[@]}"; do
-    case "$flag" in --data.prompt_dataset | --eval.dataset | --reward.remote_url | --actor.model_name_or_path)
+    if [[ " $COPO_READ_FLAGS " == *" $flag "* ]]; then
       for entry in ${arg//,/ }; do
-        case "$entry" in /*) [ -e "$entry" ] || {
-          echo "error: $flag $entry does not exist (prepare the data first: examples/scripts/prepare_data.sh)" >&2
-          return 2; } ;; esac
-      done ;;
-    esac
+        case "$entry" in
+          /*) [ -e "$entry" ] || {
+            echo "error: $flag $entry does not exist (prepare the data first: examples/scripts/prepare_data.sh)" >&2
+            return 2; } ;;
+          # left relative by copo_absolute_paths: not here, and a file's name rather than a hub name
+          ./* | ../* | "~"* | *.jsonl | *.json | *.parquet | *.csv | *.arrow | *.py)
+            echo "error: $flag $entry does not exist in $PWD (a relative path is read from the repository root;" \
+              "the job runs in Ray's copy of it, without data/)" >&2
+            return 2 ;;
+        esac
+      done
+    fi
     flag=$arg
   done
 }
 
 copo_submit() {  # the job's inputs are checked only when it is submitted: a printed command may name data not made yet
-  copo_switch COPO_PRINT_ARGS "${COPO_PRINT_ARGS:-0}" || copo_check_inputs
+  copo_absolute_paths
+  copo_switch COPO_PRINT_ARGS "${COPO_PRINT_ARGS:-0}" || copo_check_inputs || return 2
   copo_run ray job submit --address="${RAY_ADDRESS:-http://127.0.0.1:8265}" \
     --runtime-env-json="$(copo_runtime_env "${ARGS[@]}")" \
     -- python3 -m openrlhf_copo.cli.train_ppo_ray "${ARGS[@]}"

@@ -3,10 +3,12 @@
 Two entry points, each read top to bottom; which checks each runs is `driver.CHECKS`:
 
 - `main`: argv -> the arguments OpenRLHF's own `openrlhf.cli.train_ppo_ray` main hands to `train(args)`, COPO's
-  flags in its parser (`driver.openrlhf_args`) -> the CLI's checks (refusals, warnings, openrlhf, resume guard,
-  preflight, device and the CPU path) -> Ray started with COPO's settings, then OpenRLHF's `train`, a run that stops
+  flags in its parser (`driver.openrlhf_args`) -> the CLI's checks (refusals, warnings, openrlhf, vLLM, device and
+  the CPU path, then the resume guard and preflight where the actors run) -> Ray started with COPO's settings, then OpenRLHF's `train`, a run that stops
   ending on one line (`driver.run_training`, `driver.train_with_copo_ray`). With no model given it runs the CPU demo
-  instead (`openrlhf_copo.cpu_demo.job`). Every other flag keeps OpenRLHF's meaning. Over a fork carrying patches/
+  instead (`openrlhf_copo.cpu_demo.job`), after its flags are checked. Every other flag keeps OpenRLHF's meaning;
+  flags are written whole (OpenRLHF's parser would also take an abbreviation, which the demo's "no model given" and
+  the example scripts, reading the command line as written, would not see). Over a fork carrying patches/
   it runs the same way (the fork's main block hands over its args; see `driver`).
 - `load_args`: the same arguments, with the checks on the arguments alone; nothing trains.
 """
@@ -49,6 +51,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     from openrlhf_copo.openrlhf_ext import driver
 
     if job.requested(argv):
+        unknown = [flag for flag in driver.unknown_flags(argv, PROG) if flag not in job.DEMO_FLAGS]
+        if unknown:  # an abbreviated --actor.model_name_or_path, say: not a demo with the user's model at the end
+            _fail(f"unrecognized argument {unknown[0]}: not a flag of OpenRLHF's train_ppo_ray or COPO's (flags are "
+                  "written whole; --help lists them)")
         raise SystemExit(job.main(argv))
     try:
         args = driver.openrlhf_args(argv, PROG)

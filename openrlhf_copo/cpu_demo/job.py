@@ -151,6 +151,10 @@ def _pop_flag(argv: List[str], flag: str) -> Optional[str]:
     return None
 
 
+#: The demo's own flags, which it takes off the command line before OpenRLHF's parser sees it (`run`).
+DEMO_FLAGS = ("--copo.run_dir",)
+
+
 def requested(argv: List[str]) -> bool:
     """No model given (and no --help): the user asks for the embedded default job."""
     return not any(a in ("-h", "--help") for a in argv) and not any(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from openrlhf_copo.contract import MIXED_LOCAL_LOST
 from openrlhf_copo.core import (DEFAULTS, STDS, ZERO_CONTROLS, blend_weights, consistency_entropy, mode_info,
@@ -248,15 +248,27 @@ def resume_record(args) -> Dict[str, Any]:
     return {"estimator": args.algo.advantage.estimator, **record, "mode": mode}
 
 
-def _given(args, scope: str) -> List[str]:
-    """The `--copo.*` flags of ``scope`` that the command line set away from their defaults (the parser's default is
-    the field's: a flag given its default value changes nothing), each as it was given."""
+def _given(args, scope: Optional[str] = None, names: Tuple[str, ...] = ()) -> List[str]:
+    """The `--copo.*` flags of ``scope`` (or named in ``names``) that the command line set away from their defaults
+    (the parser's default is the field's: a flag given its default value changes nothing), each as it was given."""
     given = []
     for f in fields(CopoSettings):
         value = getattr(args.copo, f.name)
-        if f.metadata["scope"] == scope and value != f.default:
+        if (f.metadata["scope"] == scope or f.name in names) and value != f.default:
             given.append(f"--copo.{f.name}" + ("" if f.metadata["kind"] is bool else f" {value}"))
     return given
+
+
+#: The `--copo.*` flags that change OpenRLHF's held-out evaluation, which runs only with `--eval.dataset`.
+EVAL_FLAGS = ("eval_before_train", "eval_after_train", "eval_greedy", "eval_sampled_prompts")
+
+
+def eval_flag_problems(args) -> List[str]:
+    """Each evaluation flag (`EVAL_FLAGS`) given without `--eval.dataset`, where no evaluation runs to change."""
+    if getattr(args.eval, "dataset", None):
+        return []
+    return [f"{flag} changes the held-out evaluation, which runs only with --eval.dataset: add --eval.dataset, or "
+            "drop it" for flag in _given(args, names=EVAL_FLAGS)]
 
 
 def copo_problems(args) -> List[str]:
@@ -266,8 +278,9 @@ def copo_problems(args) -> List[str]:
         estimator = args.algo.advantage.estimator
         return [f"{flag} is read by COPO's estimators only, and --advantage_estimator {estimator} is OpenRLHF's own, "
                 f"which would ignore it: drop it, or run one of COPO's estimators (GRPO through COPO's path: "
-                f"--advantage_estimator copo --copo.mode grpo)" for flag in _given(args, COPO_ONLY)]
-    problems = []
+                f"--advantage_estimator copo --copo.mode grpo)" for flag in _given(args, COPO_ONLY)] + \
+            eval_flag_problems(args)
+    problems = eval_flag_problems(args)
     try:
         info = mode_info(resolve_mode(args))
     except CopoConfigError as e:

@@ -59,7 +59,7 @@ _APPLIED = False
 
 def cpu_problems(args) -> List[str]:
     """Settings that cannot work on the CPU path, one line each."""
-    from openrlhf_copo.openrlhf_ext.kernels import flash_attn_flag
+    from openrlhf_copo.openrlhf_ext.kernels import cuda_attention_flag, flash_attn_flag
 
     p = []
     v, ds = args.vllm, args.ds
@@ -69,7 +69,7 @@ def cpu_problems(args) -> List[str]:
         p.append("--vllm.enable_sleep / --ds.enable_sleep: vLLM sleep mode is not supported on the CPU platform")
     if getattr(v, "sync_backend", "nccl") != "gloo":
         p.append(f"--vllm.sync_backend {v.sync_backend}: NCCL needs CUDA; add --vllm.sync_backend gloo")
-    flash = flash_attn_flag(args)
+    flash = flash_attn_flag(args) or cuda_attention_flag(args)
     if flash:
         p.append(f"{flash} needs flash-attention, which has no CPU kernels: use --ds.attn_implementation sdpa (or "
                  "eager) without packing")
@@ -376,11 +376,13 @@ def install() -> None:
     path (`OPENRLHF_COPO_CPU=1`): the choice is the driver's, made once, never a worker's CUDA query."""
     global _APPLIED
     if not _APPLIED:
-        from openrlhf_copo.openrlhf_ext.runtime_patches.versions import CPU_PATH, PATCHED_SYMBOLS, check_symbol
+        from openrlhf_copo.openrlhf_ext.runtime_patches.versions import (CPU_PATH, PATCHED_SYMBOLS, check_symbol,
+                                                                         check_vllm)
 
         for (module, qualname), (_, patch) in PATCHED_SYMBOLS.items():
             if patch == CPU_PATH:
                 check_symbol(module, qualname)  # an openrlhf whose symbols moved fails here, in one line
+        check_vllm(CPU_PATH)  # and a vLLM without the gloo group, the engine config hook or the weight reload
         use_this_environments_op_builds()
         apply_torch_device_path()
         apply_vllm_worker_path()

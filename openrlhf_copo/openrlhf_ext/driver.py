@@ -21,11 +21,16 @@ The checks (`after_parse`), in order:
     refusals      copo_problems: one line, the run does not start
     warnings      the regime line, then copo_warnings: printed, the run goes on
     openrlhf      openrlhf version and signatures: an unsupported openrlhf fails here, not in a worker
-    resume_guard  check_resume_settings: a checkpoint resumes with its own settings
-    preflight     model folder, data files, rows, labels
+    vllm          every vLLM function the patches, the CPU path and the evaluation call (`versions.VLLM_SYMBOLS`):
+                  a vLLM that lacks one fails here, in one line naming it
+    patch_driver  (COPO) patches 1-3 installed in this process too; load_args patches nothing
     device        --copo.device (`device.py`): CUDA or the CPU path, decided where the actors will run, said in one
                   line; the CPU path's refusals and adaptations follow it (`cpu.py`), and args.copo.device holds
                   the decision from here on
+    disk_checks   the resume guard (check_resume_settings: a checkpoint resumes with its own settings) and the
+                  preflight (model folder, data files, rows, labels), run where the actors will run and said in one
+                  line: here when Ray starts a cluster of its own; on a cluster to join, Ray is started (as the CLI
+                  would start it next) and they run in a task on each node with GPU slots (`actor_nodes.py`)
 
 Then `ray_init_kwargs` (the worker hook: patches in every worker, no CUDA touched, which ones by estimator and flags,
 `runtime_patches.patches_for`; the actor tokenizer's stop tokens for the reward; the CPU path's environment and local
@@ -45,27 +50,29 @@ import sys
 import traceback
 
 from openrlhf_copo.contract import PATCHES_ENV, RAY_WORKER_SETUP_HOOK, ROLLOUT_SEED_ENV
-from openrlhf_copo.openrlhf_ext import config, cpu, device, runtime_patches
+from openrlhf_copo.openrlhf_ext import actor_nodes, config, cpu, device, runtime_patches
 from openrlhf_copo.openrlhf_ext.config import (CopoConfigError, check_resume_settings, copo_problems,
                                                copo_regime, copo_warnings, is_copo)
 from openrlhf_copo.files import write_atomic
 from openrlhf_copo.openrlhf_ext.failure import end_run, stop_ray
 from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
+from openrlhf_copo.openrlhf_ext.runtime_patches import versions
 from openrlhf_copo.probe import finished_record
 
 __all__ = ["DriverError", "CLI", "LOAD_ARGS", "FORK", "CHECKS", "extend_openrlhf_parser", "after_parse",
-           "apply_device", "decide_device", "ray_init_kwargs", "openrlhf_ray_init_kwargs", "train_with_copo_ray",
-           "train_from_fork", "run_training", "with_worker_hook", "end_run", "openrlhf_args", "openrlhf_main_block",
-           "ArgsRecorder"]
+           "apply_device", "decide_device", "ray_init_kwargs", "start_ray", "openrlhf_ray_init_kwargs",
+           "train_with_copo_ray", "train_from_fork", "run_training", "with_worker_hook", "end_run", "openrlhf_args",
+           "openrlhf_main_block", "unknown_flags", "ArgsRecorder"]
 
 #: The entry points.
 CLI, LOAD_ARGS, FORK = "cli", "load_args", "fork"
 
 #: Which checks each entry point runs on the arguments OpenRLHF hands to `train(args)`, in this order
-#: (`after_parse`). `load_args` checks the arguments alone: it reads no file, writes nothing and asks no cluster.
+#: (`after_parse`). `load_args` checks the arguments alone: it reads no file, writes nothing, asks no cluster and
+#: patches nothing (the openrlhf check reads signatures only).
 CHECKS = {
-    CLI: ("refusals", "warnings", "openrlhf", "resume_guard", "preflight", "device"),
-    FORK: ("refusals", "warnings", "openrlhf", "resume_guard", "preflight", "device"),
+    CLI: ("refusals", "warnings", "openrlhf", "vllm", "patch_driver", "device", "disk_checks"),
+    FORK: ("refusals", "warnings", "openrlhf", "vllm", "patch_driver", "device", "disk_checks"),
     LOAD_ARGS: ("refusals", "warnings", "openrlhf"),
 }
 
@@ -105,10 +112,20 @@ def _warnings(args, warn) -> None:
 def _openrlhf(args, warn) -> None:
     try:
         runtime_patches.check_openrlhf()
-        if is_copo(args):
-            runtime_patches.apply()
     except runtime_patches.OpenRLHFVersionError as e:
         raise DriverError(str(e)) from None
+
+
+def _vllm(args, warn) -> None:
+    try:
+        versions.check_vllm()
+    except versions.VllmVersionError as e:
+        raise DriverError(str(e)) from None
+
+
+def _patch_driver(args, warn) -> None:
+    if is_copo(args):
+        runtime_patches.apply()
 
 
 def _resume_guard(args, warn) -> None:
@@ -125,12 +142,26 @@ def _preflight(args, warn) -> None:
         raise DriverError(str(e)) from None
 
 
+def _disk_checks(args, warn) -> None:
+    address = device.cluster_address()
+    if address is None:
+        _resume_guard(args, warn)
+        _preflight(args, warn)
+        print("openrlhf_copo: the resume guard and the preflight ran on this machine, where the actors run (no Ray "
+              "cluster to join)", file=sys.stderr, flush=True)
+        return
+    try:
+        actor_nodes.check_on_cluster(args, address, start_ray=lambda: start_ray(args))
+    except actor_nodes.DiskCheckError as e:
+        raise DriverError(str(e)) from None
+
+
 def _device(args, warn) -> None:
     apply_device(args)
 
 
-_CHECK_STEPS = {"refusals": _refusals, "warnings": _warnings, "openrlhf": _openrlhf, "resume_guard": _resume_guard,
-                "preflight": _preflight, "device": _device}
+_CHECK_STEPS = {"refusals": _refusals, "warnings": _warnings, "openrlhf": _openrlhf, "vllm": _vllm,
+                "patch_driver": _patch_driver, "device": _device, "disk_checks": _disk_checks}
 
 
 def apply_device(args) -> device.DeviceDecision:
@@ -191,13 +222,19 @@ def openrlhf_ray_init_kwargs() -> dict:
     }}}
 
 
-def train_with_copo_ray(args) -> None:
-    """The CLI's training: Ray started with COPO's settings over OpenRLHF's own, then OpenRLHF's `train(args)`, which
-    skips its own `ray.init` as Ray is up. (Ray already up in this process: it is used as it is, as OpenRLHF does.)"""
+def start_ray(args) -> None:
+    """Ray started with COPO's settings over OpenRLHF's own, unless it is up in this process already (then it is
+    used as it is, as OpenRLHF does). OpenRLHF's `train` (or a fork's) then skips its own `ray.init`."""
     import ray
 
     if not ray.is_initialized():
         ray.init(**ray_init_kwargs(args, openrlhf_ray_init_kwargs()))
+
+
+def train_with_copo_ray(args) -> None:
+    """The CLI's training: Ray started (`start_ray`; the disk checks started it already on a cluster to join), then
+    OpenRLHF's `train(args)`."""
+    start_ray(args)
     importlib.import_module(OPENRLHF_MAIN).train(args)
 
 
@@ -291,16 +328,11 @@ def openrlhf_args(argv, prog: str):
     `if __name__ == "__main__":`, not in a function to call, and a copy of those ~570 lines would drift from the
     installed openrlhf. The block runs compiled from its own source (`openrlhf_main_block`: its file and lines in
     tracebacks) in a copy of the module's namespace, in one mode: its first part builds `parser`, COPO's flags are
-    added, and its second part parses, adjusts and calls `train(args)`, which here is an `ArgsRecorder`. So nothing
-    trains, no exception stops the block, and nothing of argparse or Ray is replaced for the process. A fork's block
-    (patches/) runs the same way: its `train_from_fork` hands the recorder the args."""
-    upstream = importlib.import_module(OPENRLHF_MAIN)
-    build_parser, parse_and_train = openrlhf_main_block(upstream)
-    namespace = dict(vars(upstream))
-    exec(build_parser, namespace)
-    parser = namespace["parser"]
-    parser.prog = prog
-    extend_openrlhf_parser(parser)
+    added (and abbreviated flags refused: `_main_block_namespace`), and its second part parses, adjusts and calls
+    `train(args)`, which here is an `ArgsRecorder`. So nothing trains, no exception stops the block, and nothing of
+    argparse or Ray is replaced for the process. A fork's block (patches/) runs the same way: its `train_from_fork`
+    hands the recorder the args."""
+    upstream, namespace, parse_and_train = _main_block_namespace(prog)
     recorder = namespace["train"] = ArgsRecorder()
     saved_argv, sys.argv = sys.argv, [prog, *argv]
     try:
@@ -313,6 +345,30 @@ def openrlhf_args(argv, prog: str):
         raise DriverError(f"{upstream.__file__}: its main called train(args) {len(recorder.calls)} times, not once; "
                           "openrlhf_copo cannot run this OpenRLHF's main")
     return recorder.calls[0]
+
+
+def _main_block_namespace(prog: str):
+    """OpenRLHF's main module, a copy of its namespace in which the first part of its main block has built `parser`
+    (COPO's flags added, abbreviated flags refused), and the second part of that block, to run there."""
+    upstream = importlib.import_module(OPENRLHF_MAIN)
+    build_parser, parse_and_train = openrlhf_main_block(upstream)
+    namespace = dict(vars(upstream))
+    exec(build_parser, namespace)
+    parser = namespace["parser"]
+    parser.prog = prog
+    # Whole flags only: argparse would take `--actor.model_name_or_pat` for `--actor.model_name_or_path`, while what
+    # reads the command line as written (the CPU demo's "no model given", the example scripts' paths) would not.
+    parser.allow_abbrev = False
+    extend_openrlhf_parser(parser)
+    return upstream, namespace, parse_and_train
+
+
+def unknown_flags(argv, prog: str) -> list:
+    """The flags of ``argv`` (as written, without a value) that the CLI's parser does not know, an abbreviation of a
+    flag included; argparse's own error for a bad value or `--help` exits as it does."""
+    _, namespace, _ = _main_block_namespace(prog)
+    _, unknown = namespace["parser"].parse_known_args(argv)
+    return [a.split("=", 1)[0] for a in unknown if a.startswith("--")]
 
 
 def openrlhf_main_block(module):

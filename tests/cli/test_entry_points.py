@@ -8,14 +8,23 @@ import pytest
 
 from openrlhf_copo.cli import train_ppo_ray as cli
 from openrlhf_copo.openrlhf_ext import driver, runtime_patches
+from openrlhf_copo.openrlhf_ext.runtime_patches import versions
 from tests_support import copo_argv
 
-FULL = ["refusals", "warnings", "openrlhf", "resume_guard", "preflight", "device"]
-#: What each entry point runs, in order. load_args reads no file, writes nothing, asks no cluster and trains nothing.
-EXPECTED = {
-    "cli": FULL + ["train"],
-    "fork": FULL + ["train"],
+FULL = ["refusals", "warnings", "openrlhf", "vllm", "patch_driver", "device", "disk_checks"]
+#: Which checks each entry point runs, in order (`driver.CHECKS`). load_args reads no file, writes nothing, asks no
+#: cluster, patches nothing and trains nothing.
+TABLE = {
+    "cli": FULL,
+    "fork": FULL,
     "load_args": ["refusals", "warnings", "openrlhf"],
+}
+#: What each entry point calls, in order (no cluster to join: the disk checks run in this process).
+DISK_CHECKS = ["resume_guard", "preflight"]
+EXPECTED = {
+    "cli": FULL[:-1] + DISK_CHECKS + ["train"],
+    "fork": FULL[:-1] + DISK_CHECKS + ["train"],
+    "load_args": TABLE["load_args"],
 }
 
 
@@ -34,6 +43,8 @@ def steps(monkeypatch):
     monkeypatch.setattr(driver, "copo_problems", recording("refusals", driver.copo_problems))
     monkeypatch.setattr(driver, "copo_warnings", recording("warnings", driver.copo_warnings))
     monkeypatch.setattr(runtime_patches, "check_openrlhf", recording("openrlhf", runtime_patches.check_openrlhf))
+    monkeypatch.setattr(versions, "check_vllm", recording("vllm", versions.check_vllm))
+    monkeypatch.setattr(runtime_patches, "apply", recording("patch_driver", runtime_patches.apply))
     monkeypatch.setattr(driver, "check_resume_settings", recording("resume_guard"))
     monkeypatch.setattr(driver, "preflight", recording("preflight"))
     monkeypatch.setattr(driver, "apply_device", recording("device"))
@@ -41,9 +52,8 @@ def steps(monkeypatch):
     return ran
 
 
-def test_each_entry_point_runs_its_checks(steps):
-    assert {entry: list(checks) for entry, checks in driver.CHECKS.items()} == \
-        {entry: [s for s in expected if s != "train"] for entry, expected in EXPECTED.items()}
+def test_each_entry_point_runs_its_checks(steps, no_ray_cluster):
+    assert {entry: list(checks) for entry, checks in driver.CHECKS.items()} == TABLE
 
     cli.main(copo_argv())
     assert steps == EXPECTED["cli"]
@@ -101,3 +111,28 @@ def test_the_cli_starts_ray_with_copos_settings_over_openrlhfs_then_openrlhfs_tr
     env = kwargs["runtime_env"]
     assert env["worker_process_setup_hook"] == driver.RAY_WORKER_SETUP_HOOK
     assert env["env_vars"]["NCCL_DEBUG"] == "WARN" and env["env_vars"]["TOKENIZERS_PARALLELISM"] == "true"
+
+
+LOAD_ARGS_PATCHES_NOTHING = r"""
+import sys
+sys.path.insert(0, "tests")
+from tests_support import copo_argv
+from openrlhf_copo.cli.train_ppo_ray import load_args
+from openrlhf_copo.openrlhf_ext import runtime_patches
+args = load_args(copo_argv())
+assert args.algo.advantage.estimator == "copo"
+print("PATCHED", runtime_patches.is_applied())
+"""
+
+
+def test_load_args_patches_nothing_in_the_calling_process():
+    """load_args checks the arguments alone: OpenRLHF's classes in the caller's process stay OpenRLHF's."""
+    import subprocess
+    import sys
+
+    from tests_support import REPO
+
+    out = subprocess.run([sys.executable, "-c", LOAD_ARGS_PATCHES_NOTHING], capture_output=True, text=True, cwd=REPO,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines()[-1] == "PATCHED False"

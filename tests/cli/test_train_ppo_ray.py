@@ -327,7 +327,8 @@ def test_a_copo_flag_under_openrlhfs_own_estimator_is_refused_not_ignored(load_a
 def test_flags_every_estimator_reads_are_accepted_under_openrlhfs_own(load_args, capsys, tmp_path):
     args = load_args(copo_argv()[2:] + ["--advantage_estimator", "group_norm", "--copo.seeded_rollouts",
                                         "--copo.same_pipeline", "--copo.metrics_file", str(tmp_path / "m.jsonl"),
-                                        "--copo.eval_greedy", "--copo.device", "cuda"])
+                                        "--copo.eval_greedy", "--eval.dataset", "held-out.jsonl", "--copo.device",
+                                        "cuda"])
     assert args.copo.same_pipeline and warnings_in(capsys.readouterr().err) == []
 
 
@@ -349,3 +350,53 @@ def test_openrlhfs_own_estimator_of_a_copo_modes_name_and_log_only_flags_are_sai
     load_args(copo_argv()[2:] + ["--advantage_estimator", "group_norm", "--copo.push_metrics"])
     assert said(capsys) == ["--copo.push_metrics logs COPO's two loss terms; --advantage_estimator group_norm "
                             "(OpenRLHF's own) has none, so it logs nothing"]
+
+
+@pytest.mark.parametrize("flag, value", [("--copo.eval_greedy", None), ("--copo.eval_before_train", None),
+                                         ("--copo.eval_after_train", None), ("--copo.eval_sampled_prompts", "50")])
+@pytest.mark.parametrize("estimator", ["copo", "group_norm"])
+def test_an_evaluation_flag_without_an_evaluation_is_refused_in_one_line(load_args, capsys, flag, value, estimator):
+    """Without --eval.dataset OpenRLHF runs no held-out evaluation, so these flags changed nothing and said nothing."""
+    extra = [flag] + ([value] if value else [])
+    argv = copo_argv()[2:] + ["--advantage_estimator", estimator]
+    with pytest.raises(SystemExit) as exc:
+        load_args(argv + extra)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    shown = flag + (f" {value}" if value else "")
+    assert err == [f"python -m openrlhf_copo.cli.train_ppo_ray: error: {shown} changes the held-out evaluation, "
+                   "which runs only with --eval.dataset: add --eval.dataset, or drop it"], err
+    assert load_args(argv + extra + ["--eval.dataset", "held-out.jsonl"]).eval.dataset == "held-out.jsonl"
+
+
+def test_an_abbreviated_flag_is_refused_not_taken_for_the_cpu_demo(monkeypatch, capsys):
+    """`--actor.model_name_or_pat MODEL`: argparse took it for --actor.model_name_or_path, the CLI's "no model given"
+    did not, and the CPU demo started, its defaults with the user's model at the end. Flags are written whole."""
+    from openrlhf_copo.cli import train_ppo_ray as cli
+    from openrlhf_copo.cpu_demo import job
+
+    monkeypatch.setattr(job, "main", lambda argv: pytest.fail(f"the CPU demo started with {argv}"))
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--actor.model_name_or_pat", "some/model", "--rollout.batch_size", "4"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["python -m openrlhf_copo.cli.train_ppo_ray: error: unrecognized argument --actor.model_name_or_pat: "
+                   "not a flag of OpenRLHF's train_ppo_ray or COPO's (flags are written whole; --help lists them)"], err
+
+
+def test_an_abbreviated_flag_is_refused_with_a_model_given(load_args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        load_args(copo_argv("--rollout.n_samples_per", "6"))
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --rollout.n_samples_per 6" in capsys.readouterr().err
+
+
+def test_the_demos_own_flags_and_whole_flags_start_it(monkeypatch):
+    from openrlhf_copo.cli import train_ppo_ray as cli
+    from openrlhf_copo.cpu_demo import job
+
+    started = []
+    monkeypatch.setattr(job, "main", lambda argv: started.append(argv) or 0)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--copo.run_dir", "runs/x", "--rollout.batch_size", "4"])
+    assert exc.value.code == 0 and started == [["--copo.run_dir", "runs/x", "--rollout.batch_size", "4"]]

@@ -15,16 +15,17 @@ ALL = sorted(p.name for p in SCRIPTS.glob("*.sh") if not p.name.startswith("_"))
 TRAIN = [n for n in ALL if n.startswith(("train_", "sweep_"))]
 
 
-def script_runs(name, cwd=None, **env):
+def script_runs(name, cwd=None, *extra, **env):
     """The argument lists of the command(s) a script would run (a sweep or the data preparation runs several, one
-    printed line each), run from ``cwd``: what follows `python3 -m <module>` in each line COPO_PRINT_ARGS=1 prints."""
-    return [args for _, args in map(printed_command, script_lines(name, cwd, **env))]
+    printed line each), run from ``cwd`` with ``extra`` flags on its command line: what follows `python3 -m <module>`
+    in each line COPO_PRINT_ARGS=1 prints."""
+    return [args for _, args in map(printed_command, script_lines(name, cwd, *extra, **env))]
 
 
-def script_lines(name, cwd=None, **env):
+def script_lines(name, cwd=None, *extra, **env):
     """The lines a script prints with COPO_PRINT_ARGS=1: each the whole command it would run, shell-quoted."""
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
-    out = subprocess.run(["bash", str(SCRIPTS / name)], capture_output=True, text=True, timeout=120, check=True,
+    out = subprocess.run(["bash", str(SCRIPTS / name), *extra], capture_output=True, text=True, timeout=120, check=True,
                          cwd=cwd, env={**os.environ, "PATH": path, "COPO_PRINT_ARGS": "1", **env})
     return out.stdout.splitlines()
 
@@ -39,8 +40,8 @@ def printed_command(line):
     return words[:i], words[i:]
 
 
-def script_args(name, cwd=None, **env):
-    (only,) = script_runs(name, cwd, **env)
+def script_args(name, cwd=None, *extra, **env):
+    (only,) = script_runs(name, cwd, *extra, **env)
     return only
 
 
@@ -378,6 +379,37 @@ def test_a_job_whose_data_is_missing_is_not_submitted(tmp_path):
     proc = subprocess.run(["bash", str(SCRIPTS / "train_copo_ray.sh")], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PATH": path, "DATA_DIR": str(data)})
     assert proc.returncode == 0 and proc.stdout == "submitted\n", proc.stderr
+
+
+def test_a_relative_path_among_the_extra_flags_reaches_the_job_absolute(load_args, tmp_path):
+    """`train_copo_ray.sh --eval.dataset data/math500.jsonl`: the job runs in Ray's copy of the working dir, which holds
+    no data/, so a relative path handed on as it was written pointed at nothing there. Extra flags follow the rule of
+    the scripts' own variables: read from the repository root, handed on absolute (a hub name stays as it is)."""
+    repo = SCRIPTS.parents[1]
+    data = prepared_data_dir(tmp_path / "data")
+    gsm8k = os.path.relpath(data / "gsm8k.jsonl", repo)
+    argv = script_args("train_copo_ray.sh", tmp_path, "--eval.dataset", gsm8k, "--ckpt.path", "my-ckpt",
+                       "--actor.model_name_or_path", "Qwen/Qwen2.5-1.5B-Instruct", DATA_DIR=str(data))
+    args = load_args(argv)
+    assert os.path.normpath(args.eval.dataset) == str(data / "gsm8k.jsonl")
+    assert args.ckpt.path == str(repo / "my-ckpt")
+    assert args.actor.model_name_or_path == "Qwen/Qwen2.5-1.5B-Instruct"
+
+
+def test_a_relative_path_that_is_not_there_is_refused_before_submitting(tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ray").write_text("#!/bin/sh\necho submitted\n")
+    (fake / "ray").chmod(0o755)
+    data = prepared_data_dir(tmp_path / "data")
+    path = f"{fake}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"
+    proc = subprocess.run(["bash", str(SCRIPTS / "train_copo_ray.sh"), "--eval.dataset", "data/nowhere.jsonl"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": path, "DATA_DIR": str(data)})
+    assert proc.returncode == 2 and "submitted" not in proc.stdout
+    assert proc.stderr == (f"error: --eval.dataset data/nowhere.jsonl does not exist in {SCRIPTS.parents[1]} (a "
+                           "relative path is read from the repository root; the job runs in Ray's copy of it, without "
+                           "data/)\n")
 
 
 def test_each_method_trains_into_its_own_folder():

@@ -4,16 +4,19 @@
 #   bash tests/gpu/build_bundle.sh            # -> .gpu-bundle/gpu-suite-cp312.tar.xz (ignored by git)
 #   HAVE=node-freeze.txt bash tests/gpu/build_bundle.sh
 #
-# Then, on the GPU node (CPython 3.12, x86-64, CUDA PyTorch and transformers installed, no network):
+# Then, on the GPU node (CPython 3.12, x86-64, CUDA PyTorch installed, no network):
 #
 #   GPU_BUNDLE=.gpu-bundle/gpu-suite-cp312.tar.xz bash tests/gpu/run.sh
 #
 # What goes in: OpenRLHF 0.11.2, Ray 2.55.0 with its dashboard (`ray job submit`), DeepSpeed 0.19.6 (a wheel built
 # here from its sdist with DS_BUILD_OPS=0: its CUDA ops JIT-compile on the node, with the node's nvcc), math-verify
-# 0.9.0, and every package they import that the node lacks, as cp312 manylinux x86-64 wheels, installed (no .pyc)
+# 0.9.0, transformers at requirements.txt's pin (pure Python: it goes in even where the node has another version, and
+# wins on the path, so the suite runs the transformers a GPU user installs), and every package they import that the
+# node lacks, as cp312 manylinux x86-64 wheels, installed (no .pyc)
 # into one folder and packed with xz. What the node already has is not packed: by default the package list of this
 # workplace's GPU image (tests/gpu/bare-node-has.txt, read off it on the date in its first line); on another node
-# pass its `python3 -m pip freeze` as HAVE. vLLM cannot travel (a CUDA build is gigabytes): the suite uses its
+# pass its `python3 -m pip freeze` as HAVE. torch cannot travel (a CUDA build is gigabytes): the suite runs with the
+# node's, and tests/gpu/run.sh says which. vLLM cannot travel (a CUDA build is gigabytes): the suite uses its
 # import-only stand-in (tests/gpu/stubs), so nothing of vLLM is checked on the GPU. Ray's Java jars and the Ray
 # libraries nothing here imports (RLlib, Data, Serve, Tune, Train, LLM) are left out.
 #
@@ -40,30 +43,17 @@ PIP=("$VPY" -m pip --disable-pip-version-check)
 
 # What the suite imports, directly or through OpenRLHF, Ray's dashboard and DeepSpeed (pinned where the CPU
 # environment pins them). Their dependencies are resolved for the node, then whatever the node has is dropped.
-WANTED=("ray[default]==2.55.0" "math-verify[antlr4_13_2]==0.9.0" hjson datasets jsonlines loralib optree pylatexenc
-        "pynvml>=12.0.0" torchdata pytest)
+# transformers: requirements.txt's pin, packed whatever the node has (tests/gpu/bundle_needs.py).
+TRANSFORMERS_PIN=$(grep -E '^transformers==' requirements.txt)
+[ -n "$TRANSFORMERS_PIN" ] || { echo "build_bundle: error: requirements.txt pins no transformers==" >&2; exit 2; }
+WANTED=("ray[default]==2.55.0" "math-verify[antlr4_13_2]==0.9.0" "$TRANSFORMERS_PIN" hjson datasets jsonlines loralib
+        optree pylatexenc "pynvml>=12.0.0" torchdata pytest)
 echo "build_bundle: resolving for CPython 3.12 manylinux x86-64"
-# openrlhf and deepspeed are added without their dependencies: openrlhf's pins (flash-attn, transformers 5.15,
-# torch) are the node's business, and what else it and DeepSpeed import is in WANTED.
+# openrlhf and deepspeed are added without their dependencies: openrlhf's pins (flash-attn, torch) are the node's
+# business, and what else it and DeepSpeed import is in WANTED.
 "${PIP[@]}" install -q --dry-run --ignore-installed --target "$WORK/resolve" "${TARGET_PY[@]}" --report "$WORK/r.json" \
     "${WANTED[@]}" 2>&1 | grep -v "is ignored" >&2 || true
-"$VPY" - "$WORK/r.json" "$HAVE" > "$WORK/need.txt" <<'PYEOF'
-import json, re, sys
-norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
-have = set()
-for line in open(sys.argv[2]):
-    line = line.strip()
-    if line and not line.startswith("#"):
-        have.add(norm(re.split(r"[=<>@ ]", line)[0]))
-# torch and everything it brings (CUDA libraries, triton) belong to the node, never to the bundle.
-node_only = lambda n: n in have or n.startswith("nvidia-") or n in ("torch", "triton", "transformers")
-for item in json.load(open(sys.argv[1]))["install"]:
-    meta = item["metadata"]
-    if not node_only(norm(meta["name"])):
-        print(f"{meta['name']}=={meta['version']}")
-print("openrlhf==0.11.2")
-print("deepspeed==0.19.6")
-PYEOF
+"$VPY" tests/gpu/bundle_needs.py "$WORK/r.json" "$HAVE" > "$WORK/need.txt"
 echo "build_bundle: $(wc -l < "$WORK/need.txt") packages the node lacks"
 
 mkdir -p "$WORK/wheels"

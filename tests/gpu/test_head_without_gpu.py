@@ -4,6 +4,7 @@ and `--copo.device auto` must still put the actors on CUDA, because the cluster'
 On one GPU machine: a Ray head started with no visible GPU (`CUDA_VISIBLE_DEVICES=`, `--num-gpus 0`) and a second
 node with the GPU, both on 127.0.0.1; a job submitted to the head runs the driver's device step there and a CUDA
 matmul in a GPU actor. (The full OpenRLHF training on CUDA is the training-step test's; vLLM is not in this suite.)
+The test stops only the two nodes it started (`RayNodes`): a user's own Ray cluster on the machine keeps running.
 """
 
 import json
@@ -13,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests_support import REPO, free_port
+from tests_support import REPO, RayNodes, free_port, ray_start_ports
 
 # The interpreter's own `ray` (a venv), else the one on PATH (wheels installed with `pip --target`).
 RAY = str(Path(sys.executable).parent / "ray")
@@ -48,12 +49,11 @@ def test_a_head_without_a_gpu_drives_actors_on_cuda(cuda, tmp_path):
     common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "4", "--temp-dir", str(temp), "--disable-usage-stats"]
     head_env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # the head node sees no GPU, as a CPU-only pod would
     (tmp_path / "driver.py").write_text(DRIVER)
+    nodes = RayNodes(RAY)
     try:
-        subprocess.run([RAY, "start", "--head", "--port", str(port), "--num-gpus", "0", "--include-dashboard",
-                        "true", "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard), *common],
-                       env=head_env, check=True, timeout=300)
-        subprocess.run([RAY, "start", "--address", f"127.0.0.1:{port}", "--num-gpus", "1", *common],
-                       check=True, timeout=300)
+        nodes.start("--head", "--port", str(port), "--num-gpus", "0", "--include-dashboard", "true", "--dashboard-host",
+                    "127.0.0.1", "--dashboard-port", str(dashboard), *ray_start_ports(), *common, env=head_env)
+        nodes.start("--address", f"127.0.0.1:{port}", "--num-gpus", "1", *ray_start_ports(head=False), *common)
         out = subprocess.run([RAY, "job", "submit", "--address", f"http://127.0.0.1:{dashboard}",
                               "--runtime-env-json", json.dumps({"working_dir": str(tmp_path),
                                                                 "env_vars": {"PYTHONPATH": os.pathsep.join(
@@ -61,7 +61,8 @@ def test_a_head_without_a_gpu_drives_actors_on_cuda(cuda, tmp_path):
                               "--", sys.executable, "driver.py"],
                              env=head_env, capture_output=True, text=True, timeout=600)
     finally:
-        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+        nodes.stop()  # these two nodes only: never `ray stop`, which ends every Ray cluster on the machine
+        shutil.rmtree(temp, ignore_errors=True)
     lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
     assert out.returncode == 0 and lines, out.stdout[-3000:] + out.stderr[-2000:]
     result = json.loads(lines[-1][len("RESULT "):])

@@ -21,6 +21,10 @@ CPU_OK = ["--vllm.sync_backend", "gloo", "--vllm.num_engines", "1", "--actor.num
     (["--ds.attn_implementation", "flash_attention_2"],
      "--ds.attn_implementation flash_attention_2 needs flash-attention, which has no CPU kernels: use "
      "--ds.attn_implementation sdpa (or eager) without packing"),
+    (["--ds.attn_implementation", "flash_attention_3"],
+     "--ds.attn_implementation flash_attention_3 needs flash-attention, which has no CPU kernels"),
+    (["--ds.attn_implementation", "kernels-community/vllm-flash-attn3"],
+     "--ds.attn_implementation kernels-community/vllm-flash-attn3 needs flash-attention, which has no CPU kernels"),
     (["--ds.use_liger_kernel"], "liger's Triton kernels need CUDA"),
     (["--train.enable_ema"], "--train.enable_ema"),
 ])

@@ -34,6 +34,7 @@ def test_this_environment_has_the_stand_in():
     (["--train.dynamic_batch_enable", "--train.max_tokens_per_gpu", "4096"],
      "--train.dynamic_batch_enable (it turns on --ds.packing_samples)"),
     (["--ds.attn_implementation", "flash_attention_2"], "--ds.attn_implementation flash_attention_2"),
+    (["--ds.attn_implementation", "paged|flash_attention_2"], "--ds.attn_implementation paged|flash_attention_2"),
 ])
 def test_a_run_that_needs_the_kernels_is_refused_in_one_line_naming_the_flag(load_args, on_cuda, extra, flag):
     args = load_args(copo_argv(*CUDA, *extra))
@@ -49,6 +50,31 @@ def test_a_run_that_needs_the_kernels_is_refused_in_one_line_naming_the_flag(loa
 def test_a_run_without_them_goes_on(load_args, on_cuda):
     args = load_args(copo_argv(*CUDA))  # copo_argv: --ds.attn_implementation sdpa, no packing
     assert driver.apply_device(args).device == "cuda" and args.copo.device == "cuda"
+
+
+@pytest.mark.parametrize("implementation", ["flash_attention_3", "flash_attention_4", "kernels-community/vllm-flash-attn3",
+                                            "kernels-community/flash-attn2", "sdpa"])
+def test_an_attention_that_does_not_use_flash_attn_2_goes_on_with_the_stand_in(load_args, on_cuda, implementation):
+    """transformers imports flash-attn 2's package for flash_attention_2 only (`kernels.FLASH_ATTN_2_IMPLEMENTATIONS`):
+    flash_attention_3 imports flash_attn_interface, flash_attention_4 flash_attn.cute, a hub kernel comes through the
+    `kernels` package. The stand-in stands in the way of none of them."""
+    args = load_args(copo_argv(*CUDA, "--ds.attn_implementation", implementation))
+    assert kernels.flash_attn_is_stand_in()
+    assert driver.apply_device(args).device == "cuda"
+
+
+def test_flash_attn_2_is_what_transformers_imports_flash_attn_for():
+    """The list follows transformers' own: its loader imports `flash_attn` (flash-attn 2) under the name
+    "flash_attention_2" only, and `flash_attn_interface` / `flash_attn.cute` / the kernels hub for the others."""
+    import inspect
+
+    from transformers import modeling_flash_attention_utils as fa
+
+    source = inspect.getsource(fa._lazy_imports)
+    assert 'implementation == "flash_attention_2" and is_fa2' in source
+    assert "from flash_attn import flash_attn_func" in source
+    assert 'implementation == "flash_attention_3"' in source and "from flash_attn_interface import" in source
+    assert kernels.FLASH_ATTN_2_IMPLEMENTATIONS == ("flash_attention_2", "paged|flash_attention_2")
 
 
 def test_with_a_real_flash_attn_packing_is_accepted(load_args, on_cuda, monkeypatch):

@@ -25,7 +25,7 @@ from openrlhf_copo.contract import ANSWER_ID, sample_correct, sample_outcome
 from openrlhf_copo.openrlhf_ext.runtime_patches import eval_state
 from openrlhf_copo.openrlhf_ext.runtime_patches.metrics_file import append_metrics
 from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import DrawCounter
-from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol, check_vllm
 
 
 def apply_eval_majority() -> None:
@@ -121,6 +121,7 @@ def apply_eval_generation() -> None:
     for name in ("SamplesGenerator.generate_eval_samples", "SamplesGenerator._generate_vllm"):  # called positionally
         check_symbol("openrlhf.trainer.ppo_utils.samples_generator", name)
     check_symbol("openrlhf.trainer.ray.vllm_engine", "batch_vllm_engine_call")
+    check_vllm("8")  # the engines' sleep(level) and wake_up(tags), reached through batch_vllm_engine_call
 
     @functools.wraps(original)
     def generate_eval_samples(self, **generate_kwargs):

@@ -19,7 +19,7 @@ import hashlib
 import os
 
 from openrlhf_copo.contract import ROLLOUT_ENGINE_SEED, ROLLOUT_SEED_ENV
-from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol, check_vllm
 
 
 def patch_agent(module) -> None:
@@ -27,6 +27,7 @@ def patch_agent(module) -> None:
     gets ROLLOUT_ENGINE_SEED, the seed of the engine that sampled it (engine i has --train.seed + i)."""
     for name in ("SingleTurnAgentExecutor.execute", "MultiTurnAgentExecutor.execute"):
         check_symbol(module.__name__, name)  # the engine is read as the sixth argument when not given by keyword
+    check_vllm("7")  # in the engine actor: SamplingParams.clone() and .seed, the engine arguments' seed
     for cls in (module.SingleTurnAgentExecutor, module.MultiTurnAgentExecutor):
         original = cls.__dict__["execute"]
         if getattr(original, PATCHED_ATTR, False):

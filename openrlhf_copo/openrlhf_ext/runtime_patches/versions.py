@@ -1,4 +1,4 @@
-"""Which openrlhf the patches were written against, and the checks that refuse any other.
+"""Which openrlhf the patches were written against, and the checks that refuse any other; the same for vLLM.
 
 Every symbol of OpenRLHF that a patch or the CPU device path (`cpu.py`) replaces, wraps, or calls with positional
 arguments is listed once, in `PATCHED_SYMBOLS`, with the leading parameters the patch relies on. `check_openrlhf`
@@ -7,6 +7,13 @@ Ray worker, or worse, silently: `evaluation.apply_eval_generation` calls the pri
 and `rollout.patch_agent` reads the engine as the executor's sixth argument. Each patch module also checks its own
 symbols when it installs (in the worker). Every patch module reads `PATCHED_ATTR` (the mark a patched class or
 function carries, also set by a fork that carries patches/) from here.
+
+vLLM is checked the same way: every vLLM function, class or attribute that a patch, the CPU path or the evaluation
+calls is listed once, in `VLLM_SYMBOLS`, with the parameters relied on; `check_vllm` refuses a vLLM that lacks one,
+in one line naming it: in the driver (`driver`'s vLLM step), and in each process where the code that calls it
+installs (patch 7 in the vLLM engine actors, patch 8 in the trainer, the CPU path in every worker and in vLLM's own
+processes, the evaluation before it builds its engine). Without it, a vLLM whose `SamplingParams.clone` or
+`wake_up(tags)` moved fails mid-run inside an engine actor, or, for a seed no longer taken, silently.
 """
 
 from __future__ import annotations
@@ -77,6 +84,43 @@ PATCHED_SYMBOLS: Dict[Tuple[str, str], Tuple[List[str], str]] = {
 }
 
 
+#: Who calls a vLLM symbol besides the patches: the evaluation (`openrlhf_copo.evaluation.evaluate.sample`).
+EVALUATION = "the evaluation"
+
+#: Every vLLM symbol openrlhf_copo calls or reads: (module, qualified name) -> (the parameters passed by position,
+#: which must lead its signature in this order; the parameters passed by name, which it must take by name; who calls
+#: it: patch numbers, `EVALUATION` or `CPU_PATH`). A class stands for its constructor; a keyword of a class built
+#: with it stands for the attribute of the same name that is read or set on it (`SamplingParams.seed`).
+VLLM_SYMBOLS: Dict[Tuple[str, str], Tuple[List[str], List[str], Tuple[str, ...]]] = {
+    # patch 7 (`rollout.seeded_sampling_params`, in the engine actors): a request's SamplingParams copied with
+    # `clone()` and given a `.seed`; the engine's own seed is the `seed` OpenRLHF puts in the engine arguments it
+    # keeps (`kwargs["seed"]`) and hands vLLM's AsyncEngineArgs
+    ("vllm", "SamplingParams"): ([], ["n", "temperature", "top_p", "max_tokens", "seed"], ("7", EVALUATION)),
+    ("vllm", "SamplingParams.clone"): (["self"], [], ("7",)),
+    ("vllm", "AsyncEngineArgs"): ([], ["seed"], ("7",)),
+    # patch 8: batch_vllm_engine_call(engines, "sleep" / "wake_up") reaches OpenRLHF's engine actor, which calls
+    # vLLM's engine `sleep(level=...)` and `wake_up(tags=[...])`
+    ("vllm", "AsyncLLMEngine.sleep"): (["self"], ["level"], ("8",)),
+    ("vllm", "AsyncLLMEngine.wake_up"): (["self"], ["tags"], ("8",)),
+    # the evaluation: LLM(model=..., dtype=..., seed=..., enforce_eager=..., trust_remote_code=...),
+    # llm.get_tokenizer(), llm.generate(prompts, params)
+    ("vllm", "LLM"): ([], ["model", "dtype", "seed", "enforce_eager", "trust_remote_code"], (EVALUATION,)),
+    ("vllm", "LLM.generate"): (["self", "prompts", "sampling_params"], [], (EVALUATION,)),
+    ("vllm", "LLM.get_tokenizer"): (["self"], [], (EVALUATION,)),
+    # the CPU path (`cpu.py`): the plugin loader that runs `cpu.vllm_plugin` (entry point group
+    # "vllm.general_plugins") in vLLM's own processes, the gloo weight-sync group, the engine config hook (it sets
+    # `dtype` and `enable_chunked_prefill`), the reload of the synced weights in vLLM's worker
+    ("vllm.plugins", "load_general_plugins"): ([], [], (CPU_PATH,)),
+    ("vllm.distributed.utils", "stateless_init_torch_distributed_process_group"):
+        (["host", "port", "rank", "world_size"], ["backend"], (CPU_PATH,)),
+    ("vllm.engine.arg_utils", "EngineArgs"): ([], ["dtype", "enable_chunked_prefill"], (CPU_PATH,)),
+    ("vllm.engine.arg_utils", "EngineArgs.create_engine_config"): (["self"], [], (CPU_PATH,)),
+    ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner.get_model"): (["self"], [], (CPU_PATH,)),
+    ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner.reload_weights"):
+        (["self"], ["weights_iterator", "is_checkpoint_format"], (CPU_PATH,)),
+}
+
+
 class OpenRLHFVersionError(RuntimeError):
     """The installed openrlhf is not one whose internals these patches were written against."""
 
@@ -92,8 +136,15 @@ def check_version() -> str:
     return version
 
 
+class VllmVersionError(RuntimeError):
+    """The installed vLLM lacks a function or parameter that openrlhf_copo calls (`VLLM_SYMBOLS`)."""
+
+
 def _lookup(module: str, qualname: str):
-    obj = importlib.import_module(module)
+    try:
+        obj = importlib.import_module(module)
+    except ImportError:
+        return None
     for part in qualname.split("."):
         obj = getattr(obj, part, None)
         if obj is None:
@@ -120,3 +171,50 @@ def check_openrlhf() -> str:
     for module, qualname in PATCHED_SYMBOLS:
         check_symbol(module, qualname)
     return version
+
+
+def _vllm_version() -> str:
+    return str(getattr(importlib.import_module("vllm"), "__version__", "?"))
+
+
+def _signature(obj):
+    """The parameters of a function, or of a class's constructor; None if it has none to read."""
+    try:
+        return list(inspect.signature(obj).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_vllm_symbol(module: str, qualname: str) -> None:
+    """Raises `VllmVersionError`, in one line naming it, if ``module.qualname`` is gone, no longer takes its
+    positional parameters first and in order, or no longer takes one of its keyword parameters (`VLLM_SYMBOLS`)."""
+    leading, keywords, users = VLLM_SYMBOLS[(module, qualname)]
+    who = " and ".join(u if u in (EVALUATION, CPU_PATH) else f"patch {u}" for u in users)
+    obj = _lookup(module, qualname)
+    if obj is None:
+        raise VllmVersionError(f"vllm {_vllm_version()}: {module}.{qualname} is gone; openrlhf_copo calls it in {who} "
+                               "(install the vllm of requirements.txt)")
+    params = _signature(obj) or []
+    lost = [p for p in keywords if p not in params]
+    if params[: len(leading)] != leading:
+        change = f"takes {params[: len(leading)]} first, not {leading}"
+    elif lost:
+        change = f"has no parameter {', '.join(lost)}"
+    else:
+        return
+    raise VllmVersionError(f"vllm {_vllm_version()}: {module}.{qualname} {change}; openrlhf_copo calls it in {who} "
+                           "(install the vllm of requirements.txt)")
+
+
+def check_vllm(*users: str) -> str:
+    """The installed vLLM's version; raises `VllmVersionError` for the first symbol of ``users`` (patch numbers,
+    `EVALUATION`, `CPU_PATH`) that is gone or changed. No ``users``: every symbol but the CPU path's, which
+    `cpu.install` checks where the CPU path installs (the driver's check must not import vLLM's CPU worker code on a
+    CUDA machine). The GPU suite's import-only stand-in (tests/gpu/stubs/vllm) is not checked: it raises on any use."""
+    if getattr(importlib.import_module("vllm"), "__openrlhf_copo_stand_in__", False):
+        return _vllm_version()
+    for (module, qualname), (_, _, used_by) in VLLM_SYMBOLS.items():
+        wanted = set(used_by) & set(users) if users else CPU_PATH not in used_by
+        if wanted:
+            check_vllm_symbol(module, qualname)
+    return _vllm_version()

@@ -19,8 +19,8 @@ from tests_support import copo_argv
     (["--advantage_estimator", "group_norm"], {1, 5, 7}),  # a baseline: the log-only patches alone
     (["--advantage_estimator", "group_norm", "--copo.same_pipeline"], {1, 4, 5, 6, 7, 8, 9, 10}),
     (["--advantage_estimator", "group_norm", "--copo.metrics_file", "m.jsonl"], {1, 4, 5, 7}),
-    (["--advantage_estimator", "group_norm", "--copo.eval_greedy"], {1, 5, 7, 8}),
-    (["--advantage_estimator", "dr_grpo", "--copo.eval_before_train"], {1, 5, 6, 7}),
+    (["--advantage_estimator", "group_norm", "--copo.eval_greedy", "--eval.dataset", "t.jsonl"], {1, 5, 7, 8}),
+    (["--advantage_estimator", "dr_grpo", "--copo.eval_before_train", "--eval.dataset", "t.jsonl"], {1, 5, 6, 7}),
 ])
 def test_which_patches_a_run_gets(load_args, extra, expected):
     args = load_args(copo_argv(*extra))

@@ -113,3 +113,117 @@ def test_every_symbol_openrlhf_copo_replaces_is_listed_and_checked():
     assert "openrlhf.trainer.ray.vllm_worker_wrap:WorkerWrap.update_weight" in found["changed"]  # the CPU path ran
     assert "openrlhf.trainer.ppo_trainer:prepare_datasets" in found["changed"]  # and patches 1-10
     assert sorted(set(found["changed"]) - set(found["listed"])) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM: every function the patches, the CPU path and the evaluation call (`VLLM_SYMBOLS`), checked like openrlhf's.
+
+import vllm  # noqa: E402
+
+from openrlhf_copo.openrlhf_ext.runtime_patches.versions import CPU_PATH, EVALUATION  # noqa: E402
+
+
+def test_the_installed_vllm_passes():
+    for users in ((), (CPU_PATH,), (EVALUATION,), ("7",), ("8",)):
+        assert versions.check_vllm(*users) == vllm.__version__
+
+
+def _async_wake_up_without_tags(self):
+    return None
+
+
+@pytest.mark.parametrize("owner, name, replacement, users, line", [
+    (vllm.SamplingParams, "clone", None, ("7",),
+     "vllm.SamplingParams.clone is gone; openrlhf_copo calls it in patch 7"),
+    (vllm.AsyncLLMEngine, "wake_up", _async_wake_up_without_tags, ("8",),
+     "vllm.AsyncLLMEngine.wake_up has no parameter tags; openrlhf_copo calls it in patch 8"),
+    (vllm.AsyncLLMEngine, "sleep", lambda self, mode="abort": None, ("8",),
+     "vllm.AsyncLLMEngine.sleep has no parameter level; openrlhf_copo calls it in patch 8"),
+    (vllm.LLM, "generate", lambda self, sampling_params, prompts: None, (EVALUATION,),
+     "vllm.LLM.generate takes ['self', 'sampling_params', 'prompts'] first, not ['self', 'prompts', "
+     "'sampling_params']; openrlhf_copo calls it in the evaluation"),
+])
+def test_a_vllm_without_a_called_function_or_parameter_is_refused_in_one_line(monkeypatch, owner, name, replacement,
+                                                                              users, line):
+    if replacement is None:
+        monkeypatch.delattr(owner, name)
+    else:
+        monkeypatch.setattr(owner, name, replacement)
+    with pytest.raises(versions.VllmVersionError) as e:
+        versions.check_vllm(*users)
+    assert str(e.value) == f"vllm {vllm.__version__}: {line} (install the vllm of requirements.txt)"
+
+
+def test_a_seed_no_longer_taken_is_refused(monkeypatch):
+    """A keyword the evaluation and patch 7 pass by name (and read back as `.seed`): taken, or refused."""
+    class SamplingParams:
+        def __init__(self, n=1, temperature=1.0, top_p=1.0, max_tokens=16):
+            pass
+
+        def clone(self):
+            return self
+
+    monkeypatch.setattr(vllm, "SamplingParams", SamplingParams)
+    with pytest.raises(versions.VllmVersionError, match=r"^vllm \S+: vllm.SamplingParams has no parameter seed; "
+                                                        r"openrlhf_copo calls it in patch 7 and the evaluation"):
+        versions.check_vllm(EVALUATION)
+
+
+def test_the_cpu_paths_vllm_functions_are_checked_where_it_installs(monkeypatch):
+    import vllm.distributed.utils as distributed_utils
+
+    monkeypatch.setattr(distributed_utils, "stateless_init_torch_distributed_process_group",
+                        lambda host, port, rank, world_size: None)
+    with pytest.raises(versions.VllmVersionError, match="stateless_init_torch_distributed_process_group has no "
+                                                        "parameter backend; openrlhf_copo calls it in the CPU path"):
+        versions.check_vllm(CPU_PATH)
+    versions.check_vllm()  # not the driver's check: it leaves the CPU path's to `cpu.install`
+
+
+def test_the_driver_refuses_it_in_one_line(monkeypatch, capsys):
+    from openrlhf_copo.cli import train_ppo_ray as cli
+    from tests_support import copo_argv
+
+    monkeypatch.delattr(vllm.SamplingParams, "clone")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(copo_argv("--copo.device", "cuda"))
+    assert exc.value.code == 2
+    errors = [x for x in capsys.readouterr().err.splitlines() if ": error: " in x]
+    assert errors == [f"python -m openrlhf_copo.cli.train_ppo_ray: error: vllm {vllm.__version__}: "
+                      "vllm.SamplingParams.clone is gone; openrlhf_copo calls it in patch 7 (install the vllm of "
+                      "requirements.txt)"]
+
+
+def test_the_engine_process_refuses_it_where_patch_7_installs(monkeypatch):
+    """Patch 7 installs in the vLLM engine actors (the worker hook, when the actor imports openrlhf.utils.agent)."""
+    import openrlhf.utils.agent as agent
+
+    from openrlhf_copo.openrlhf_ext.runtime_patches import rollout
+
+    monkeypatch.delattr(vllm.SamplingParams, "clone")
+    with pytest.raises(versions.VllmVersionError, match="vllm.SamplingParams.clone is gone"):
+        rollout.patch_agent(agent)
+
+
+def test_the_evaluation_refuses_it_before_building_an_engine(monkeypatch, tmp_path):
+    from openrlhf_copo.evaluation import evaluate
+
+    monkeypatch.setattr(vllm.LLM, "__init__", lambda self, model, dtype=None: None)
+    with pytest.raises(evaluate.EvalInputError, match=r"^vllm \S+: vllm.LLM has no parameter seed, enforce_eager, "
+                                                      "trust_remote_code; openrlhf_copo calls it in the evaluation"):
+        evaluate.sample(str(tmp_path), [], 1.0, 1.0, 8, 0)
+
+
+def test_every_vllm_name_openrlhf_copo_imports_is_listed():
+    """Whatever openrlhf_copo imports from vLLM (`from vllm... import X`) is in VLLM_SYMBOLS, so it is checked."""
+    import ast
+    from pathlib import Path
+
+    package = Path(versions.__file__).parents[2]
+    imported = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "vllm":
+                imported |= {(node.module, alias.name) for alias in node.names}
+    listed = {(module, qualname.split(".")[0]) for module, qualname in versions.VLLM_SYMBOLS}
+    assert imported and imported <= listed, sorted(imported - listed)
