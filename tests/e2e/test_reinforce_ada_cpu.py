@@ -61,6 +61,8 @@ def test_rounds_are_drawn_logged_and_start_with_grpos_first_round(setup):
     # seeded rollouts: the first round is GRPO's, response for response; later rounds are new draws
     for prompt, responses in grpo.items():
         assert not Counter(responses) - Counter(ada[prompt]), prompt
+        # and every later draw has a seed of its own (a reused seed would repeat a response of the tiny random model)
+        assert len(set(ada[prompt])) == len(ada[prompt]), prompt
     assert math.isfinite(row["policy_loss"]) and row["copo_w_local"] == 1 and row["copo_w_global"] == 0
 
 
