@@ -510,7 +510,8 @@ def ada_local_advantage(x: WeightInputs) -> torch.Tensor:
         A_i = (r_i - mean_pool) / (std_pool + eps)     (std "unbiased" or "population")
 
     With 0/1 rewards an all-correct or all-incorrect pool (a prompt the budget did not resolve) gets exactly 0, and the
-    one correct response kept from a pool of 1 correct in 32 gets 31/32 (GRPO on the kept 1 + 3: 0.75). The mean is over correctness (1 above ``--copo.ada_threshold``), the difference over the reward, as in
+    one correct response kept from a pool of 1 correct in 32 gets 31/32 (GRPO without std on the kept 1 + 3: 0.75).
+    The mean is over correctness (1 above ``--copo.ada_threshold``), the difference over the reward, as in
     the official code."""
     if x.pool_correct is None or x.pool_size is None:
         raise ValueError("mode reinforce_ada needs each prompt's pool statistics (pool_correct, pool_size): the "

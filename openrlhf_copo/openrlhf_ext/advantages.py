@@ -20,12 +20,12 @@ from typing import List
 
 import torch
 
-from openrlhf_copo.contract import (ADA_DRAWN, ADA_DRAWN_CORRECT, ALL_CORRECT, ALL_INCORRECT, ANSWER_ID, ANSWER_STRING_ID, CORRECT,
-                                    CORRECT_PENALIZED, ENGINE_LOGPROB_ABSDIFF, ENTROPY, ID_LABELS, INCORRECT_REINFORCED,
-                                    GLOBAL_ADV_RAW, GLOBAL_ADV_STD, LOCAL_ADV, MIXED_LOCAL_LOST, NUM_ENGINES,
-                                    NUM_PROMPTS, PROMPT_REWARD_MEAN, ROLLOUT_ENGINE_SEED, ROLLOUT_LOGPROB_ABSDIFF,
-                                    SIGNAL_COPO, SIGNAL_GRPO, TOKEN_SURPRISAL, VERIFY_FAILED, W_GLOBAL, W_LOCAL,
-                                    W_LOCAL_MID, WEIGHTED_GLOBAL_ADV, ZERO_STD, info_tensor)
+from openrlhf_copo.contract import (ADA_DRAWN, ADA_DRAWN_CORRECT, ALL_CORRECT, ALL_INCORRECT, ANSWER_ID,
+                                    ANSWER_STRING_ID, CORRECT, CORRECT_PENALIZED, ENGINE_LOGPROB_ABSDIFF, ENTROPY,
+                                    GLOBAL_ADV_RAW, GLOBAL_ADV_STD, ID_LABELS, INCORRECT_REINFORCED, LOCAL_ADV,
+                                    MIXED_LOCAL_LOST, NUM_ENGINES, NUM_PROMPTS, PROMPT_REWARD_MEAN, ROLLOUT_ENGINE_SEED,
+                                    ROLLOUT_LOGPROB_ABSDIFF, SIGNAL_COPO, SIGNAL_GRPO, TOKEN_SURPRISAL, VERIFY_FAILED,
+                                    WEIGHTED_GLOBAL_ADV, W_GLOBAL, W_LOCAL, W_LOCAL_MID, ZERO_STD, info_tensor)
 from openrlhf_copo.core import copo_advantages, mode_info
 from openrlhf_copo.openrlhf_ext.config import CopoConfigError, copo_settings
 

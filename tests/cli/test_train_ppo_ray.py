@@ -81,7 +81,8 @@ def test_openrlhf_flags_keep_their_meaning(load_args):
         (["--copo.global_coef", "-1"], "--copo.global_coef -1.0 must be >= 0"),
         (["--advantage_estimator", "reinforce_ada", "--copo.ada_budget", "3"],
          "--copo.ada_budget 3 < --rollout.n_samples_per_prompt 4: mode reinforce_ada draws the normal rollout's 4"),
-        (["--advantage_estimator", "reinforce_ada", "--copo.ada_round_size", "0"], "--copo.ada_round_size 0 must be >= 1"),
+        (["--advantage_estimator", "reinforce_ada", "--copo.ada_round_size", "0"],
+         "--copo.ada_round_size 0 must be >= 1"),
     ],
 )
 def test_bad_settings_are_refused_with_one_line(load_args, capsys, extra, reason):

@@ -40,7 +40,8 @@ import os
 from typing import FrozenSet
 
 from openrlhf_copo.contract import PATCHES_ENV
-from openrlhf_copo.openrlhf_ext.runtime_patches import adaptive_sampling, evaluation, metrics_file, prompt_order, rollout
+from openrlhf_copo.openrlhf_ext.runtime_patches import (adaptive_sampling, evaluation, metrics_file, prompt_order,
+                                                        rollout)
 from openrlhf_copo.openrlhf_ext.runtime_patches.copo import (after_training_step, apply, before_training_step,
                                                      copo_advantages_or_none, is_applied, patch_experience_maker,
                                                      patch_ppo_actor, wrap_actor_loss)

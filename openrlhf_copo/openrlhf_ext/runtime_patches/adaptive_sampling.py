@@ -123,8 +123,8 @@ def keep_groups(pools: List[List], G: int, settings, rounds: int) -> List:
             kept.append(e)
     drawn = [len(p) for p in pools]
     resolved = sum(float(e.info[ADA_RESOLVED]) for e in kept) / G
-    print(f"openrlhf_copo: reinforce_ada: {rounds} round(s); responses drawn per prompt: mean {sum(drawn) / len(drawn):.3g}"
-          f", max {max(drawn)}; {resolved:g} of {len(pools)} prompts resolved; {step[ADA_TOKENS]} tokens generated "
+    print(f"openrlhf_copo: reinforce_ada: {rounds} round(s); responses drawn per prompt: mean "
+          f"{sum(drawn) / len(drawn):.3g}, max {max(drawn)}; {resolved:g} of {len(pools)} prompts resolved; {step[ADA_TOKENS]} tokens generated "
           f"({step[ADA_TOKENS_FIRST_ROUND]} in the first round)", file=sys.stderr, flush=True)
     return kept
 
