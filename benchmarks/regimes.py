@@ -141,18 +141,32 @@ def plateau_setting(steps: int = STEPS, lr: float = job.LR) -> compare.Setting:
 SETTINGS = {"hard": hard_setting, "plateau": plateau_setting}
 
 
-def probe(regime: str, prompts: int, out: Path) -> Dict[str, float]:
-    """One GRPO step of ``prompts`` prompts of the regime's training data (the run's first prompts, then more of the
-    same mix), to measure its step-1 shares on more groups than a run's 6: what the regime's definition rests on."""
+#: What a probe of a method that samples adaptively also records of its first step: the cost of its rounds.
+PROBE_COST_KEYS = ("copo_ada_rounds", "copo_ada_drawn", "copo_ada_drawn_max", "copo_ada_resolved", "copo_ada_tokens",
+                   "copo_ada_tokens_first_round", "timing/generation")
+
+
+def probe(regime: str, prompts: int, out: Path, method: str = compare.BASELINE) -> Dict[str, float]:
+    """One step of ``method`` (GRPO by default) over ``prompts`` prompts of the regime's training data (the run's
+    first prompts, then more of the same mix), to measure its step-1 shares on more groups than a run's 6: what the
+    regime's definition rests on; for Reinforce-Ada also what its rounds cost at step 1 (`PROBE_COST_KEYS`), whose
+    first round is GRPO's own under seeded rollouts."""
+    from openrlhf_copo.evaluation.metrics_file import read_metrics, train_rows
+
     setting = SETTINGS[regime](steps=max(STEPS, -(-prompts // job.PROMPTS_PER_STEP)))
     setting.prompts_per_step, setting.steps = prompts, 1
     small_test = out / "probe-test.jsonl"
     out.mkdir(parents=True, exist_ok=True)
     small_test.write_text("".join(Path(setting.test).read_text().splitlines(keepends=True)[:12]))
     setting.test = small_test
-    info = compare.run_one(setting, "grpo", 0, out, step0=False)
+    info = compare.run_one(setting, method, 0, out, step0=False)
     first = compare.read_run(out, info)["first_step"]
-    record = json.dumps({"regime": regime, "prompts": prompts, "G": setting.samples_per_prompt, **first,
+    step1 = train_rows(read_metrics(compare.run_dir(out, method, 0) / "metrics.jsonl"))[0]
+    cost = {k: step1[k] for k in PROBE_COST_KEYS if k in step1 and k.startswith("copo_ada")}
+    if cost:
+        cost["timing/generation"] = step1.get("timing/generation")
+    record = json.dumps({"regime": regime, "prompts": prompts, "G": setting.samples_per_prompt,
+                         **({"method": method} if method != compare.BASELINE else {}), **first, **cost,
                          "wall_minutes": round(info["wall_seconds"] / 60, 1)}, indent=1)
     (out / "probe.json").write_text(record + "\n")
     print(record)
@@ -442,6 +456,9 @@ def main(argv: List[str] = None) -> int:
     pr = sub.add_parser("probe", help="a regime's shares at step 1 over more prompts than a run's")
     pr.add_argument("--regime", choices=list(SETTINGS), required=True)
     pr.add_argument("--prompts", type=int, default=48)
+    pr.add_argument("--method", choices=list(compare.METHODS), default=compare.BASELINE,
+                    help="the method whose step 1 is probed (default: grpo; the probe of another goes to "
+                         "probes/<regime>-<method>)")
     r = sub.add_parser("run", help="runs of a regime (resumable; finished runs are kept)")
     r.add_argument("--regime", choices=list(SETTINGS), required=True)
     r.add_argument("--methods", nargs="+", default=SCREEN, choices=list(compare.METHODS))
@@ -453,7 +470,8 @@ def main(argv: List[str] = None) -> int:
         report()
         return 0
     if args.cmd == "probe":
-        probe(args.regime, args.prompts, RESULTS / "probes" / args.regime)
+        name = args.regime if args.method == compare.BASELINE else f"{args.regime}-{args.method}"
+        probe(args.regime, args.prompts, RESULTS / "probes" / name, args.method)
         return 0
     out = RESULTS / args.regime if args.lr == job.LR else RESULTS / f"{args.regime}-lr{args.lr:g}"
     methods = [compare.BASELINE] + [m for m in args.methods if m != compare.BASELINE]

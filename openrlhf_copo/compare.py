@@ -80,6 +80,9 @@ METHODS: Dict[str, List[str]] = {
     "rl_zvp": ["--advantage_estimator", "rl_zvp", "--actor.entropy_coef", "0", "--actor.eps_clip_low_high", "0.2",
                "0.28"],
     "dr_grpo": ["--advantage_estimator", "copo", "--copo.mode", "dr_grpo"],
+    # Reinforce-Ada: more sampling rounds for unresolved prompts, G kept balanced, the pool's baseline; its defaults
+    # (balanced exit, rounds of 8, 32 responses per prompt at most, no std division) and its script's clip-higher
+    "reinforce_ada": ["--advantage_estimator", "reinforce_ada", "--actor.eps_clip_low_high", "0.2", "0.28"],
     # the authors' released COPO (their run_copo.sh: soft-with-zero, gamma 5, rho 1, their conventions)
     "copo_released": ["--advantage_estimator", "copo", "--copo.gamma", "5", "--copo.rho", "1", "--copo.zero_control",
                       "response", "--copo.incorrect", "reward", "--copo.std", "unbiased", "--copo.answer_buckets",
@@ -584,6 +587,24 @@ def evaluations(setting: Setting, step0: bool) -> List[int]:
     return ([0] if step0 else []) + steps + ([setting.steps] if setting.steps not in steps else [])
 
 
+def sampling_budget(method: str, extra: Sequence[str]) -> Optional[int]:
+    """The responses a run of ``method`` may draw per prompt and step when its mode samples adaptively (Reinforce-Ada:
+    G first, then rounds up to ``--copo.ada_budget``, from the method's flags or those after --); None when it draws G.
+    Read from the registry's facts (`core.Mode.adaptive_sampling`), not from the method's name."""
+    from openrlhf_copo.core import DEFAULTS, mode_info, modes
+
+    argv = list(METHODS[method]) + list(extra)
+
+    def last(*flags):
+        values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in flags]
+        return values[-1] if values else None
+
+    mode = last("--copo.mode") or last("--advantage_estimator", "--algo.advantage.estimator")
+    if mode not in modes() or not mode_info(mode).adaptive_sampling:
+        return None
+    return int(last("--copo.ada_budget") or DEFAULTS.ada_budget)
+
+
 def plan(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path) -> dict:
     """What `run_all` would do, reading the data files and writing nothing: every run's full train_ppo_ray command
     (and whether a finished run under ``out`` would be kept), the prompts each run draws (`prompt_plan`), the
@@ -603,9 +624,13 @@ def plan(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Pa
                          "evaluations": evaluations(setting, i == 0),
                          "argv": [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv]})
     responses = setting.steps * setting.prompts_per_step * setting.samples_per_prompt
-    new = sum(not r["kept"] for r in runs)
-    cost = {"responses_per_run": responses, "runs_to_make": new,
-            "gpu_hours": new * responses * RECIPE_STEP["gpu_hours"] / RECIPE_STEP["responses"], "rate": RECIPE_STEP}
+    # a method that samples adaptively is counted at its budget per prompt: an upper bound
+    budgets = {m: b for m in methods if (b := sampling_budget(m, setting.extra)) is not None}
+    drawn = [responses * max(budgets.get(r["method"], 0), setting.samples_per_prompt) // setting.samples_per_prompt
+             for r in runs if not r["kept"]]
+    new = len(drawn)
+    cost = {"responses_per_run": responses, "runs_to_make": new, "adaptive_budgets": budgets,
+            "gpu_hours": sum(drawn) * RECIPE_STEP["gpu_hours"] / RECIPE_STEP["responses"], "rate": RECIPE_STEP}
     return {"out": str(out), "prompts": prompts, "held_out": held_out_sources(setting.test), "runs": runs,
             "cost": cost}
 
@@ -628,7 +653,9 @@ def plan_text(p: dict) -> str:
              f"{cost['gpu_hours']:.1f} GPU-hours for the {cost['runs_to_make']} runs to make, at docs/gpu-recipe.md's "
              f"estimate for {rate['model']} ({rate['gpu_hours']:g} GPU-hours a step of {rate['responses']:,} "
              f"responses of ~{rate['response_tokens']} tokens; not measured; it scales with the responses, their "
-             "length and the model's size: 2-2.5x for 7B).", ""]
+             "length and the model's size: 2-2.5x for 7B)."
+             + "".join(f" {m} draws G, then more for the prompts it has not resolved, up to {b} per prompt: counted "
+                       f"at {b} (an upper bound)." for m, b in cost.get("adaptive_budgets", {}).items()), ""]
     for r in p["runs"]:
         what = "kept: finished before" if r["kept"] else (
             "evaluates at steps " + ", ".join(map(str, r["evaluations"]))

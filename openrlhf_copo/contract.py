@@ -87,12 +87,25 @@ PUSH_DOT = "copo_push_dot"
 #: Per response, the mean over its tokens of -log pi(token) under the trainer at rollout time: at temperature 1
 #: (on-policy samples) an unbiased estimate of the policy's per-token entropy on its own responses.
 TOKEN_SURPRISAL = "copo_token_surprisal"
+#: Reinforce-Ada's sampling rounds (patch 11, `runtime_patches.adaptive_sampling`), per kept response: its prompt's
+#: pool (every response drawn for it this step: the step mean is the mean per prompt), the correct ones in that pool
+#: (the advantage's pool baseline reads both), and 1 if the prompt met its exit rule within the budget.
+ADA_DRAWN = "copo_ada_drawn"
+ADA_DRAWN_CORRECT = "copo_ada_drawn_correct"
+ADA_RESOLVED = "copo_ada_resolved"
+#: Per rollout batch: generation rounds, the largest pool, the response tokens generated in all rounds and in the
+#: first (the normal rollout's, what GRPO would have generated).
+ADA_ROUNDS = "copo_ada_rounds"
+ADA_DRAWN_MAX = "copo_ada_drawn_max"
+ADA_TOKENS = "copo_ada_tokens"
+ADA_TOKENS_FIRST_ROUND = "copo_ada_tokens_first_round"
 #: Every metric above (the engine one as its pattern), and the reward file's.
 METRICS = (ENTROPY, W_LOCAL, W_GLOBAL, W_LOCAL_MID, MIXED_LOCAL_LOST, INCORRECT_REINFORCED, CORRECT_PENALIZED,
            LOCAL_ADV, GLOBAL_ADV_RAW, ALL_CORRECT, ALL_INCORRECT, ZERO_STD, SIGNAL_GRPO, SIGNAL_COPO,
            ROLLOUT_LOGPROB_ABSDIFF, TOKEN_SURPRISAL, GLOBAL_ADV_STD, PROMPT_REWARD_MEAN, NUM_PROMPTS, NUM_ENGINES,
            ENGINE_LOGPROB_ABSDIFF, LOSS_LOCAL, LOSS_GLOBAL, CLIP_RATIO_GLOBAL, PUSH_LOCAL_SQ, PUSH_GLOBAL_SQ,
-           PUSH_DOT, WEIGHTED_GLOBAL_ADV, CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR)
+           PUSH_DOT, WEIGHTED_GLOBAL_ADV, CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR, ADA_DRAWN, ADA_DRAWN_CORRECT,
+           ADA_RESOLVED, ADA_ROUNDS, ADA_DRAWN_MAX, ADA_TOKENS, ADA_TOKENS_FIRST_ROUND)
 
 # Names every process of a run agrees on (the driver sets them, Ray's workers read them).
 

@@ -27,7 +27,10 @@ keyword argument whose default is the paper's reading:
 
 The registry below also holds every switch of the authors' released code (docs/paper.md maps each of their
 ``global_flg`` values to a mode and flags) and the field's other answers to zero-variance groups, each from its own
-paper: NGRPO (``ngrpo``), RL-ZVP (``rl_zvp``) and Dr. GRPO (``dr_grpo``).
+paper: NGRPO (``ngrpo``), RL-ZVP (``rl_zvp``) and Dr. GRPO (``dr_grpo``); and Reinforce-Ada (``reinforce_ada``), which
+answers them by sampling more: its exit rules, its choice of the G kept and its pool baseline are here
+(`ada_resolved`, `ada_select`, `ada_pool_baseline`), its extra generation rounds in
+`openrlhf_ext.runtime_patches.adaptive_sampling`.
 """
 
 from __future__ import annotations
@@ -60,6 +63,11 @@ __all__ = [
     "rl_zvp_token_advantage",
     "reward_coef_prompt_reward",
     "copo_advantages",
+    "ADA_EXITS",
+    "ada_resolved",
+    "ada_select",
+    "ada_pool_baseline",
+    "ada_local_advantage",
 ]
 
 #: Where the modes that read it (``copo``, ``go_selective``) set w_local = 0 (see `zero_controlled`).
@@ -84,6 +92,12 @@ class Defaults:
     entropy_base: float = 2.0  # bits: the appendix's H = 1.459
     global_coef: float = 1.0  # the released code's global_loss_coef (kappa), 1 but in one script (0.1)
     zvp_alpha: float = 0.1  # RL-ZVP's alpha (its Table 3: 0.1 best)
+    # Reinforce-Ada (arXiv 2510.04996), the official code's defaults (RLHFlow/Reinforce-Ada,
+    # verl/trainer/config/algorithm.py and scripts/run_reinforce_ada.sh)
+    ada_exit: str = "balanced"  # reinforce_ada_choice (script: balanced)
+    ada_round_size: int = 8  # round_repeat: responses per unresolved prompt and round
+    ada_budget: int = 32  # max_rounds 4 x round_repeat 8: responses drawn per prompt at most
+    ada_threshold: float = 0.7  # positive_threshold: a response is correct when its reward exceeds it
 
 
 DEFAULTS = Defaults()
@@ -207,6 +221,8 @@ class WeightInputs:
     std: str = DEFAULTS.std
     eps: float = DEFAULTS.eps
     zvp_alpha: float = DEFAULTS.zvp_alpha
+    pool_correct: Optional[torch.Tensor] = None  # [B]: correct responses in the prompt's pool (Reinforce-Ada)
+    pool_size: Optional[torch.Tensor] = None  # [B]: responses drawn for the prompt (Reinforce-Ada)
 
 
 @dataclass(frozen=True)
@@ -224,7 +240,9 @@ class Mode:
     ``global_advantage(x)``: the mode's own [B, G] advantages in place of eq. local_adv / eq. global_adv;
     ``token_advantage(coef, token_entropy, mask)``: the second term's per-token advantage from its per-response
     coefficient and the policy's token entropy (RL-ZVP), computed in the loss; ``clip``: the (low, high) PPO clip
-    range of the mode's paper, which the start-up warns about when the run's differs."""
+    range of the mode's paper, which the start-up warns about when the run's differs; ``adaptive_sampling``: the
+    rollout draws more responses for unresolved prompts and keeps G of each pool (Reinforce-Ada: patch 11), and the
+    advantage reads the pool's statistics (`WeightInputs.pool_correct`, ``pool_size``)."""
 
     name: str
     weights: Callable[[WeightInputs], Tuple[torch.Tensor, torch.Tensor]]
@@ -237,6 +255,7 @@ class Mode:
     global_advantage: Optional[Callable[[WeightInputs], torch.Tensor]] = None
     token_advantage: Optional[Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = None
     clip: Optional[Tuple[float, float]] = None
+    adaptive_sampling: bool = False
 
 
 _MODES: Dict[str, Mode] = {}
@@ -423,6 +442,93 @@ def rl_zvp_weights(x: WeightInputs):
     return 1.0 - zv, zv
 
 
+#: Reinforce-Ada's exit rules (arXiv 2510.04996, Sec. 3.2; the official code's ``reinforce_ada_choice``).
+ADA_EXITS = ("balanced", "positive_focused")
+
+
+def ada_resolved(n_correct: int, n_incorrect: int, G: int, exit: str = DEFAULTS.ada_exit) -> bool:
+    """Whether a prompt whose pool holds ``n_correct`` and ``n_incorrect`` responses leaves the sampling rounds
+    (Reinforce-Ada's exit conditions; official code, ray_trainer.py `_generate_multi_round_adaptive_downsampling`):
+
+        positive_focused (Reinforce-Ada-pos):     n_correct >= 1
+        balanced (Reinforce-Ada-balance):         n_correct >= floor(G / 2)  and  n_incorrect >= G - floor(G / 2)
+
+    Why: an all-incorrect group gives GRPO no signal, and one correct response among them is the rarest and most
+    informative; `balanced` also waits for failures on easy prompts, so that their group is not all correct."""
+    if exit not in ADA_EXITS:
+        raise ValueError(f"exit must be one of {ADA_EXITS}, got {exit!r}")
+    if exit == "positive_focused":
+        return n_correct >= 1
+    return n_correct >= G // 2 and n_incorrect >= G - G // 2
+
+
+def ada_select(correct, G: int) -> list:
+    """Which G responses of a prompt's pool train (indices into the pool, in draw order), from their correctness in
+    draw order: the first k+ correct and the first G - k+ incorrect ones, with
+
+        k+ = max(min(floor(G / 2), n_correct), G - n_incorrect)
+
+    i.e. half and half where the pool allows it, the other kind filling in where one kind is short. This is the
+    official code's selection in all its cases (its `downsample_cache` at the exit of either rule, and its fallback
+    for a prompt still unresolved at the budget: under `positive_focused` such a pool holds no correct response and
+    G incorrect ones are kept), given a pool of at least G, which ours always is (its first round is the normal
+    rollout's G)."""
+    correct = [bool(c) for c in correct]
+    if len(correct) < G:
+        raise ValueError(f"a pool of {len(correct)} responses cannot give a group of G = {G}")
+    n_correct = sum(correct)
+    k_correct = max(min(G // 2, n_correct), G - (len(correct) - n_correct))
+    pos = [i for i, c in enumerate(correct) if c][:k_correct]
+    neg = [i for i, c in enumerate(correct) if not c][: G - k_correct]
+    return sorted(pos + neg)
+
+
+def ada_pool_baseline(pool_correct: torch.Tensor, pool_size: torch.Tensor, std: str = "unbiased",
+                      eps: float = DEFAULTS.eps) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(mean, std) [B] of each prompt's whole pool of responses, each counted 1 if correct and 0 if not: Reinforce-Ada's
+    ``global_stat_est`` (official code, core_algos.py `compute_grpo_outcome_advantage`), which estimates the baseline
+    from every response drawn for the prompt, not only the G kept. With p = n_correct / N:
+
+        mean = p,    std = sqrt(N p (1 - p) / (N - 1))  (unbiased, the official code's torch.std)  or  sqrt(p (1 - p)),
+
+    clamped below at ``eps`` as the official code does; a pool of one response gets mean 0, std 1 (theirs)."""
+    n = pool_size.to(torch.float64)
+    p = pool_correct.to(torch.float64) / n.clamp(min=1)
+    var = p * (1 - p) * (n / (n - 1).clamp(min=1) if std == "unbiased" else 1.0)
+    sd = var.clamp(min=0).sqrt().clamp(min=eps)
+    single = n <= 1
+    mean = torch.where(single, torch.zeros_like(p), p)
+    sd = torch.where(single, torch.ones_like(sd), sd)
+    return mean.to(torch.float32), sd.to(torch.float32)
+
+
+def ada_local_advantage(x: WeightInputs) -> torch.Tensor:
+    """Reinforce-Ada's advantage of the G responses kept from each pool (official code, `compute_grpo_outcome_advantage`
+    under ``global_stat_est``):
+
+        A_i = r_i - mean_pool                          (std "none": their script's norm_adv_by_std_in_grpo=False)
+        A_i = (r_i - mean_pool) / (std_pool + eps)     (std "unbiased" or "population")
+
+    With 0/1 rewards an all-correct or all-incorrect pool (a prompt the budget did not resolve) gets exactly 0, and the
+    one correct response kept from a pool of 1 correct in 32 gets 31/32 (GRPO without std on the kept 1 + 3: 0.75).
+    The mean is over correctness (1 above ``--copo.ada_threshold``), the difference over the reward, as in
+    the official code."""
+    if x.pool_correct is None or x.pool_size is None:
+        raise ValueError("mode reinforce_ada needs each prompt's pool statistics (pool_correct, pool_size): the "
+                         "adaptive sampling patch (11) did not run in the rollout")
+    mean, sd = ada_pool_baseline(x.pool_correct, x.pool_size, std=x.std, eps=x.eps)
+    centred = x.rewards - mean.unsqueeze(1)
+    return centred if x.std == "none" else centred / (sd.unsqueeze(1) + x.eps)
+
+
+@register_mode("reinforce_ada", blended=False, std="none", local_advantage=ada_local_advantage, clip=(0.2, 0.28),
+               adaptive_sampling=True)
+def reinforce_ada_weights(x: WeightInputs):
+    """Reinforce-Ada (arXiv 2510.04996): GRPO's loss on groups drawn adaptively (`ada_resolved`, `ada_select`) with
+    the pool's baseline (`ada_local_advantage`); the local term alone, with its script's clip-higher [0.8, 1.28]."""
+    return grpo_weights(x)
+
+
 def reward_coef_prompt_reward(rewards: torch.Tensor, entropy: torch.Tensor, base: float) -> torch.Tensor:
     """The released code's `reward_coef`: R(q) = mean_G r * (1 - lambda H(q)), lambda = (1 - 1/G) / log2 G.
 
@@ -449,6 +555,8 @@ def copo_advantages(
     global_coef: float = DEFAULTS.global_coef,
     reward_coef: bool = False,
     zvp_alpha: float = DEFAULTS.zvp_alpha,
+    pool_correct: Optional[torch.Tensor] = None,
+    pool_size: Optional[torch.Tensor] = None,
 ) -> CopoAdvantages:
     """Local and global advantages with their blending weights for one rollout batch.
 
@@ -470,6 +578,7 @@ def copo_advantages(
         global_coef: kappa, multiplies w_global (the released code's ``global_loss_coef``).
         reward_coef: R(q) = mean_G r (1 - lambda H) in the global advantage (the released code's ``reward_coef_flg``).
         zvp_alpha: RL-ZVP's alpha (mode ``rl_zvp``).
+        pool_correct, pool_size: [B], correct and drawn responses in each prompt's pool (mode ``reinforce_ada``).
 
     Returns:
         A `CopoAdvantages`; the loss is
@@ -503,7 +612,8 @@ def copo_advantages(
     soft = blend_weights(entropy, gamma, rho).unsqueeze(1).expand(B, G)  # [B, G]
     all_incorrect = (~correct.any(dim=1)).unsqueeze(1).expand(B, G)
     zero_variance = (rewards.amax(dim=1) == rewards.amin(dim=1)).unsqueeze(1).expand(B, G)
-    x = WeightInputs(soft, correct, all_incorrect, zero_control, zero_variance, rewards, std, eps, zvp_alpha)
+    x = WeightInputs(soft, correct, all_incorrect, zero_control, zero_variance, rewards, std, eps, zvp_alpha,
+                     pool_correct, pool_size)
 
     local_adv = info.local_advantage(x) if info.local_advantage else local_advantage(rewards, std=std, eps=eps)
     prompt_reward = reward_coef_prompt_reward(rewards, entropy, entropy_base) if reward_coef else rewards.mean(dim=1)

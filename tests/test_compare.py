@@ -543,3 +543,19 @@ def test_help_states_every_flags_default():
     for flag, block in flags.items():
         if flag not in ("-h",):
             assert "default:" in block and len(block.split()) > 4, block  # a default and a help text
+
+
+def test_the_plan_counts_an_adaptive_method_at_its_budget(tmp_path):
+    """Reinforce-Ada draws G responses per prompt, then up to --copo.ada_budget for the prompts it has not resolved:
+    the plan's cost counts its runs at the budget (an upper bound), and says so; GRPO's at G."""
+    _data(tmp_path)
+    s = setting(tmp_path, prompts_per_step=3, steps=2)
+    base = compare.plan(s, ["grpo"], [0], tmp_path / "a")["cost"]
+    assert compare.sampling_budget("grpo", []) is None and compare.sampling_budget("reinforce_ada", []) == 32
+    assert compare.sampling_budget("reinforce_ada", ["--copo.ada_budget", "12"]) == 12
+    both = compare.plan(s, ["grpo", "reinforce_ada"], [0], tmp_path / "b")
+    G = s.samples_per_prompt
+    assert both["cost"]["adaptive_budgets"] == {"reinforce_ada": 32}
+    assert both["cost"]["gpu_hours"] == pytest.approx(base["gpu_hours"] * (1 + 32 / G))
+    assert "reinforce_ada draws G, then more for the prompts it has not resolved, up to 32 per prompt: counted at " \
+           "32 (an upper bound)." in compare.plan_text(both)

@@ -81,7 +81,7 @@ def ref_entropy(answers):
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
-def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased, eps, alpha=0.1):
+def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased, eps, alpha=0.1, pools=None):
     B, G = len(rewards), len(rewards[0])
     no_std = mode == "dr_grpo"  # Dr. GRPO: r - mean, no std, in both terms
 
@@ -93,6 +93,9 @@ def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased
 
     if mode == "ngrpo":  # one virtual response of reward 1 in every group's mean and std, not trained on
         local = [ref_norm(row + [1.0], unbiased, eps)[:G] for row in rewards]
+    elif mode == "reinforce_ada":  # the pool's mean (and std, clamped at eps) of its 0/1 correctness, as their code
+        local = [[(r - sum(pool) / len(pool)) / (max(ref_std(pool, unbiased), eps) + eps) for r in row]
+                 for row, pool in zip(rewards, pools)]
     else:
         local = [norm(row) for row in rewards]
     glob = [[v] * G for v in norm([sum(row) / G for row in rewards])]
@@ -107,7 +110,7 @@ def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased
         row_l, row_g = [], []
         for i in range(G):
             zero = {"prompt": none_right, "response": not correct[b][i], "uniform": flat, "none": False}[zero_control]
-            if mode in ("grpo", "ngrpo", "dr_grpo"):
+            if mode in ("grpo", "ngrpo", "dr_grpo", "reinforce_ada"):
                 l, g = 1.0, 0.0
             elif mode == "go_only":
                 l, g = 0.0, 1.0
@@ -156,11 +159,16 @@ def test_randomized_against_independent_reading(mode, convention):
             answers.append([rng.randint(0, 3 if kind else 1) for _ in range(G)])
         correct = [[r >= 1.0 for r in row] for row in rewards]
         gamma, rho = rng.choice([3.0, 5.0, 20.0]), rng.choice([0.5, 1.0, 1.5])
+        # Reinforce-Ada's pools: the kept G and up to 20 more draws of the prompt (a mode without pools ignores them)
+        pools = [[float(c) for c in row] + [float(rng.random() < 0.3) for _ in range(rng.randint(0, 20))]
+                 for row in correct]
+        pool = ({"pool_correct": torch.tensor([sum(p) for p in pools]), "pool_size": torch.tensor([len(p) for p in pools])}
+                if mode_info(mode).adaptive_sampling else {})
         for zc in zero_controls:
             std = None if mode_info(mode).std_fixed else "unbiased" if unbiased else "population"
             out = copo_advantages(torch.tensor(rewards), torch.tensor(answers), torch.tensor(correct), mode=mode,
-                                  gamma=gamma, rho=rho, zero_control=zc, std=std, eps=1e-6)
-            loc, glo, wl, wg = ref_copo(rewards, answers, correct, mode, gamma, rho, zc, unbiased, 1e-6)
+                                  gamma=gamma, rho=rho, zero_control=zc, std=std, eps=1e-6, **pool)
+            loc, glo, wl, wg = ref_copo(rewards, answers, correct, mode, gamma, rho, zc, unbiased, 1e-6, pools=pools)
             close(out.local_adv, loc, 1e-5)
             close(out.global_adv, glo, 1e-5)
             close(out.w_local, wl, 1e-6)
@@ -407,3 +415,68 @@ def test_rl_zvp_worked_example():
 def test_std_none_is_the_centered_reward():
     assert standardize(torch.tensor([1.0, 0.0, 0.0, 0.0]), std="none").tolist() == [0.75, -0.25, -0.25, -0.25]
     assert standardize(torch.tensor([0.1, 0.1, 0.1]), std="none").tolist() == [0.0, 0.0, 0.0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reinforce-Ada (arXiv 2510.04996): exit rules, the G kept, the pool baseline, by hand.
+
+def test_reinforce_ada_exit_rules():
+    from openrlhf_copo.core import ada_resolved
+
+    # balanced at G = 4: two of each kind
+    assert ada_resolved(2, 2, 4) and ada_resolved(5, 9, 4)
+    assert not ada_resolved(1, 7, 4) and not ada_resolved(3, 1, 4) and not ada_resolved(0, 32, 4)
+    # G = 5: floor(5 / 2) = 2 correct and 3 incorrect
+    assert ada_resolved(2, 3, 5) and not ada_resolved(3, 2, 5)
+    # positive-focused: one correct response is enough, failures are not waited for
+    assert ada_resolved(1, 7, 4, "positive_focused") and ada_resolved(4, 0, 4, "positive_focused")
+    assert not ada_resolved(0, 32, 4, "positive_focused")
+    with pytest.raises(ValueError, match="exit must be one of"):
+        ada_resolved(1, 1, 4, "greedy")
+
+
+def test_reinforce_ada_keeps_a_balanced_group_in_draw_order():
+    from openrlhf_copo.core import ada_select
+
+    # 3 correct (2, 5, 6) and 4 incorrect: the first 2 of each
+    assert ada_select([0, 0, 1, 0, 0, 1, 1], 4) == [0, 1, 2, 5]
+    # positive-focused exit in round 2: 4 wrong, then a round of 8 with its one correct answer at index 10
+    assert ada_select([0] * 4 + [0] * 6 + [1, 0], 4) == [0, 1, 2, 10]
+    # 5 correct, 1 incorrect: the one incorrect and 3 correct (the short kind is filled by the other)
+    assert ada_select([1, 1, 0, 1, 1, 1], 4) == [0, 1, 2, 3]
+    assert ada_select([1, 1, 1, 1, 1, 0], 4) == [0, 1, 2, 5]
+    # unresolved pools (all correct / all incorrect): the first G
+    assert ada_select([0] * 32, 4) == [0, 1, 2, 3] and ada_select([1] * 12, 4) == [0, 1, 2, 3]
+    # odd G: floor(G / 2) correct
+    assert ada_select([1, 1, 1, 0, 0, 0, 0], 5) == [0, 1, 3, 4, 5]
+    with pytest.raises(ValueError, match="pool of 3 responses cannot give a group of G = 4"):
+        ada_select([1, 0, 1], 4)
+
+
+def test_reinforce_ada_pool_baseline_by_hand():
+    from openrlhf_copo.core import ada_pool_baseline
+
+    mean, sd = ada_pool_baseline(torch.tensor([1, 0, 12, 1]), torch.tensor([8, 28, 12, 1]))
+    assert mean.tolist() == pytest.approx([0.125, 0.0, 1.0, 0.0])  # a pool of one: mean 0 (theirs)
+    # 1 of 8: sqrt(8 * 1/8 * 7/8 / 7) = sqrt(1/8); flat pools: clamped at eps; a pool of one: std 1
+    assert sd.tolist() == pytest.approx([math.sqrt(1 / 8), 1e-6, 1e-6, 1.0], rel=1e-5)
+    _, pop = ada_pool_baseline(torch.tensor([1]), torch.tensor([8]), std="population")
+    assert pop.item() == pytest.approx(math.sqrt(7 / 64), rel=1e-6)
+
+
+def test_reinforce_ada_advantage_uses_the_pool_not_the_kept_group():
+    rewards = torch.tensor([[1.0, 0, 0, 0], [0.0] * 4, [1.0] * 4, [1.0, 1, 0, 0]])
+    ids = torch.zeros(4, 4, dtype=torch.long)
+    # pools: 1 correct of 8 (positive-focused exit), 0 of 32 (never resolved), 12 of 12 (never resolved), 2 of 4
+    pool = {"pool_correct": torch.tensor([1, 0, 12, 2]), "pool_size": torch.tensor([8, 32, 12, 4])}
+    out = copo_advantages(rewards, ids, mode="reinforce_ada", **pool)
+    expected = [[0.875, -0.125, -0.125, -0.125], [0.0] * 4, [0.0] * 4, [0.5, 0.5, -0.5, -0.5]]
+    close(out.local_adv, expected, 1e-6)  # GRPO's first row would be [1.5, -0.5, -0.5, -0.5]
+    assert out.w_local.eq(1).all() and out.w_global.eq(0).all()
+    # with the official code's std (norm_adv_by_std_in_grpo=True: torch.std, unbiased): 0.875 / sqrt(1/8)
+    out = copo_advantages(rewards, ids, mode="reinforce_ada", std="unbiased", **pool)
+    assert out.local_adv[0].tolist() == pytest.approx([0.875 / math.sqrt(1 / 8), -0.125 / math.sqrt(1 / 8)
+                                                       ] + [-0.125 / math.sqrt(1 / 8)] * 2, rel=1e-5)
+    assert out.local_adv[1:3].eq(0).all()  # flat pools: exactly 0, not 0 / eps noise
+    with pytest.raises(ValueError, match="needs each prompt's pool statistics"):
+        copo_advantages(rewards, ids, mode="reinforce_ada")

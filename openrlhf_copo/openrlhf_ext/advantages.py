@@ -20,13 +20,13 @@ from typing import List
 
 import torch
 
-from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, ANSWER_ID, ANSWER_STRING_ID, CORRECT,
-                                    CORRECT_PENALIZED, ENGINE_LOGPROB_ABSDIFF, ENTROPY, ID_LABELS, INCORRECT_REINFORCED,
-                                    GLOBAL_ADV_RAW, GLOBAL_ADV_STD, LOCAL_ADV, MIXED_LOCAL_LOST, NUM_ENGINES,
-                                    NUM_PROMPTS, PROMPT_REWARD_MEAN, ROLLOUT_ENGINE_SEED, ROLLOUT_LOGPROB_ABSDIFF,
-                                    SIGNAL_COPO, SIGNAL_GRPO, TOKEN_SURPRISAL, VERIFY_FAILED, W_GLOBAL, W_LOCAL,
-                                    W_LOCAL_MID, WEIGHTED_GLOBAL_ADV, ZERO_STD, info_tensor)
-from openrlhf_copo.core import copo_advantages
+from openrlhf_copo.contract import (ADA_DRAWN, ADA_DRAWN_CORRECT, ALL_CORRECT, ALL_INCORRECT, ANSWER_ID,
+                                    ANSWER_STRING_ID, CORRECT, CORRECT_PENALIZED, ENGINE_LOGPROB_ABSDIFF, ENTROPY,
+                                    GLOBAL_ADV_RAW, GLOBAL_ADV_STD, ID_LABELS, INCORRECT_REINFORCED, LOCAL_ADV,
+                                    MIXED_LOCAL_LOST, NUM_ENGINES, NUM_PROMPTS, PROMPT_REWARD_MEAN, ROLLOUT_ENGINE_SEED,
+                                    ROLLOUT_LOGPROB_ABSDIFF, SIGNAL_COPO, SIGNAL_GRPO, TOKEN_SURPRISAL, VERIFY_FAILED,
+                                    WEIGHTED_GLOBAL_ADV, W_GLOBAL, W_LOCAL, W_LOCAL_MID, ZERO_STD, info_tensor)
+from openrlhf_copo.core import copo_advantages, mode_info
 from openrlhf_copo.openrlhf_ext.config import CopoConfigError, copo_settings
 from openrlhf_copo.probe import ProbeFinished, batch_record
 
@@ -125,6 +125,18 @@ def engine_metrics(experiences, train_seed: int) -> dict:
     return out
 
 
+def pool_statistics(experiences, mode: str, by_prompt) -> dict:
+    """For a mode that samples adaptively (Reinforce-Ada), each prompt's pool statistics [B] as `copo_advantages`
+    takes them, from the info the sampling rounds (patch 11) put on every kept response; {} for any other mode."""
+    if not mode_info(mode).adaptive_sampling:
+        return {}
+    if not all(ADA_DRAWN in exp.info and ADA_DRAWN_CORRECT in exp.info for exp in experiences):
+        raise CopoConfigError(f"mode {mode}: the responses carry no info['{ADA_DRAWN}']: its sampling rounds (run-time "
+                              "patch 11, runtime_patches/adaptive_sampling.py) did not run in the rollout")
+    return {"pool_correct": by_prompt(_info_column(experiences, ADA_DRAWN_CORRECT).float())[:, 0],
+            "pool_size": by_prompt(_info_column(experiences, ADA_DRAWN).float())[:, 0]}
+
+
 @torch.no_grad()
 def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
     """Replacement for `RemoteExperienceMaker.compute_advantages_and_returns` under COPO estimators."""
@@ -175,7 +187,9 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
     else:
         correct = rewards > 0
 
-    adv = copo_advantages(rewards, answer_ids, correct, **copo_settings(args))
+    settings = copo_settings(args)
+    adv = copo_advantages(rewards, answer_ids, correct, **settings,
+                          **pool_statistics(experiences, settings["mode"], by_prompt))
 
     # Per-response columns, back in experience order.
     G = n

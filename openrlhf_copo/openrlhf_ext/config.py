@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional, Tuple
 
 from openrlhf_copo.contract import MIXED_LOCAL_LOST
-from openrlhf_copo.core import (DEFAULTS, STDS, ZERO_CONTROLS, blend_weights, consistency_entropy, mode_info,
-                                modes)
+from openrlhf_copo.core import (ADA_EXITS, DEFAULTS, STDS, ZERO_CONTROLS, blend_weights, consistency_entropy,
+                                mode_info, modes)
 from openrlhf_copo.files import write_atomic
 from openrlhf_copo.openrlhf_ext.device import DEVICES
 
@@ -179,6 +179,23 @@ class CopoSettings:
         0, check=(lambda v: v >= 0, "must be >= 0"), scope=ANY_ESTIMATOR,
         help="the sampled evaluation (--eval.temperature, --eval.n_samples_per_prompt: mean@k, "
              "maj@k) takes the first N held-out prompts; 0: all (any estimator)")
+    ada_exit: str = _setting(
+        DEFAULTS.ada_exit, choices=ADA_EXITS, resume=True,
+        help="mode reinforce_ada: when a prompt leaves the sampling rounds: balanced (at least G/2 "
+             "correct and G/2 incorrect responses drawn: Reinforce-Ada-balance, their script's) or "
+             "positive_focused (a first correct one: Reinforce-Ada-pos)")
+    ada_round_size: int = _setting(
+        DEFAULTS.ada_round_size, check=(lambda v: v >= 1, "must be >= 1"), resume=True,
+        help="mode reinforce_ada: responses drawn per unresolved prompt in each round after the "
+             "first (the first is the normal rollout's G; their round_repeat: 8)")
+    ada_budget: int = _setting(
+        DEFAULTS.ada_budget, check=(lambda v: v >= 1, "must be >= 1"), resume=True,
+        help="mode reinforce_ada: responses drawn per prompt at most, all rounds together (their "
+             "max_rounds 4 x round_repeat 8: 32); a prompt still unresolved there keeps G of its pool")
+    ada_threshold: float = _setting(
+        DEFAULTS.ada_threshold, resume=True,
+        help="mode reinforce_ada: a response is correct for the exit rules, the kept group's balance "
+             "and the pool's baseline when its reward exceeds this (their positive_threshold: 0.7)")
 
     @classmethod
     def from_args(cls, args) -> "CopoSettings":
@@ -233,6 +250,8 @@ def _inert_settings(mode: str, reward_coef: bool) -> set:
             inert.add("answer_buckets")
     if info.token_advantage is None:
         inert.add("zvp_alpha")
+    if not info.adaptive_sampling:
+        inert |= {"ada_exit", "ada_round_size", "ada_budget", "ada_threshold"}
     return inert
 
 
@@ -293,6 +312,9 @@ def copo_problems(args) -> List[str]:
                         "computes it only with an entropy coefficient: add --actor.entropy_coef 0 (computes it, adds "
                         "no entropy loss)")
     n = args.rollout.n_samples_per_prompt
+    if info is not None and info.adaptive_sampling and args.copo.ada_budget < n:
+        problems.append(f"--copo.ada_budget {args.copo.ada_budget} < --rollout.n_samples_per_prompt {n}: mode "
+                        f"{info.name} draws the normal rollout's {n} responses per prompt first; give a budget >= {n}")
     if n < 2:
         problems.append(f"--rollout.n_samples_per_prompt {n}: COPO needs at least 2 responses per prompt "
                         "(its local advantage and consistency entropy are per-prompt group statistics)")

@@ -197,3 +197,28 @@ def test_the_notes_under_the_table_explain_each_interval_of_zero_width(regimes, 
     assert "GRPO's on all 4 prompts (none gained, none lost)" in masked and "gradient clip" in masked
     assert notes[-1].startswith("- *machine-hours of the column*: the summed wall time of every finished run")
     assert regimes.which_method_when_with_notes(results) == table + "\n\n" + "\n".join(notes)
+
+
+def test_a_probe_of_reinforce_ada_records_its_rounds_cost(offline, tmp_path, monkeypatch):
+    """`probe --method reinforce_ada`: one step of that method over the probe's prompts, and its step-1 cost (rounds,
+    draws, tokens in all rounds and in the first, generation time) beside the regime's shares."""
+    made = []
+
+    def fake_run_one(setting, method, seed, out, step0):
+        made.append(load_args(compare.run_argv(setting, method, seed, out / "run", Path(setting.train), step0)))
+        (out / f"{method}-seed{seed}").mkdir(parents=True, exist_ok=True)
+        row = {"step": 1, "copo_zero_std": 0.75, "copo_ada_rounds": 5, "copo_ada_drawn": 29.5, "copo_ada_drawn_max": 32,
+               "copo_ada_resolved": 0.25, "copo_ada_tokens": 30000, "copo_ada_tokens_first_round": 5000,
+               "timing/generation": 61.0}
+        (out / f"{method}-seed{seed}" / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+        return {"method": method, "seed": seed, "wall_seconds": 600}
+
+    monkeypatch.setattr(compare, "run_one", fake_run_one)
+    offline.probe("hard", 24, tmp_path / "probe", method="reinforce_ada")
+    run = made[0]
+    assert run.algo.advantage.estimator == "reinforce_ada" and run.rollout.batch_size == 24
+    record = json.loads((tmp_path / "probe" / "probe.json").read_text())
+    assert record["method"] == "reinforce_ada" and record["copo_zero_std"] == 0.75
+    assert (record["copo_ada_rounds"], record["copo_ada_tokens"], record["copo_ada_tokens_first_round"]) == \
+        (5, 30000, 5000)
+    assert record["timing/generation"] == 61.0 and record["wall_minutes"] == 10.0

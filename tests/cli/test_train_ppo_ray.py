@@ -79,6 +79,10 @@ def test_openrlhf_flags_keep_their_meaning(load_args):
         (["--copo.mode", "dr_grpo", "--copo.std", "population"],
          "--copo.std population: mode dr_grpo is defined by std none; drop --copo.std"),
         (["--copo.global_coef", "-1"], "--copo.global_coef -1.0 must be >= 0"),
+        (["--advantage_estimator", "reinforce_ada", "--copo.ada_budget", "3"],
+         "--copo.ada_budget 3 < --rollout.n_samples_per_prompt 4: mode reinforce_ada draws the normal rollout's 4"),
+        (["--advantage_estimator", "reinforce_ada", "--copo.ada_round_size", "0"],
+         "--copo.ada_round_size 0 must be >= 1"),
     ],
 )
 def test_bad_settings_are_refused_with_one_line(load_args, capsys, extra, reason):
@@ -257,6 +261,27 @@ def test_every_setting_is_a_flag_with_its_declared_default(load_args):
     assert resume_record(load_args(copo_argv("--copo.zero_control", "none")))["zero_control"] == "none"
     # the loss mask changes the step: kept on resume when on, and absent when off (as in checkpoints before it)
     assert resume_record(load_args(copo_argv("--copo.mask_zero_advantage")))["mask_zero_advantage"] is True
+
+
+def test_reinforce_ada_resumes_only_with_its_sampling_settings(load_args, tmp_path):
+    """The four --copo.ada_* settings change what is trained on: kept in the resume record of reinforce_ada (not of
+    modes that never read them), and a resume with another exit rule is refused in one line."""
+    from openrlhf_copo.openrlhf_ext.config import CopoConfigError, check_resume_settings, resume_record
+
+    ckpt = tmp_path / "ckpt"
+    argv = copo_argv("--advantage_estimator", "reinforce_ada", "--ckpt.path", str(ckpt), "--ckpt.load_enable",
+                     "--ckpt.save_steps", "1")
+    record = resume_record(load_args(argv))
+    assert {k: record[k] for k in record if k.startswith("ada_")} == {
+        "ada_exit": "balanced", "ada_round_size": 8, "ada_budget": 32, "ada_threshold": 0.7}
+    assert record["std"] == "none" and "gamma" not in record  # their script's: no std division
+    assert not any(k.startswith("ada_") for k in resume_record(load_args(copo_argv())))
+    check_resume_settings(load_args(argv))  # the first run writes its record
+    (ckpt / "_actor" / "global_step1").mkdir(parents=True)
+    (ckpt / "_actor" / "latest").write_text("global_step1")
+    check_resume_settings(load_args(argv))  # same settings: resumes
+    with pytest.raises(CopoConfigError, match="ada_exit: 'balanced' -> 'positive_focused'"):
+        check_resume_settings(load_args(argv + ["--copo.ada_exit", "positive_focused"]))
 
 
 def test_copos_checks_see_the_arguments_openrlhf_hands_to_train(load_args, monkeypatch):

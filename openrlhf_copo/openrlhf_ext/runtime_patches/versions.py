@@ -66,10 +66,12 @@ PATCHED_SYMBOLS: Dict[Tuple[str, str], Tuple[List[str], str]] = {
     ("openrlhf.utils.agent", "MultiTurnAgentExecutor.execute"): (_EXECUTE, "7"),
     ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator.generate_eval_samples"): (["self"], "8"),
     ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._generate_vllm"):
-        (["self", "dataloader_iter", "num_prompts", "dynamic_filtering"], "8"),
+        (["self", "dataloader_iter", "num_prompts", "dynamic_filtering"], "8, 11"),
     ("openrlhf.trainer.ray.vllm_engine", "batch_vllm_engine_call"): (["engines", "method_name"], "8"),
     ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._dispatch_prompts_to_vllm"):
-        (["self", "prompts", "labels"], "9"),
+        (["self", "prompts", "labels"], "9, 11"),
+    ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._process_response_into_experience"):
+        (["self", "response"], "11"),
     ("openrlhf.trainer.ppo_trainer", "prepare_datasets"): (["strategy", "tokenizer"], "10"),
     # the CPU device path (`openrlhf_ext/cpu.py`): replaced outright, only on a run whose device decision is the CPU
     ("openrlhf.utils.deepspeed.deepspeed", "init_device_mesh"): (["device_type"], CPU_PATH),

@@ -15,7 +15,8 @@ from tests_support import copo_argv
 
 
 @pytest.mark.parametrize("extra, expected", [
-    ([], set(range(1, 11))),  # COPO: every patch
+    ([], set(range(1, 11))),  # COPO: every patch but Reinforce-Ada's rounds
+    (["--advantage_estimator", "reinforce_ada"], set(range(1, 12))),  # and them for the mode that samples adaptively
     (["--advantage_estimator", "group_norm"], {1, 5, 7}),  # a baseline: the log-only patches alone
     (["--advantage_estimator", "group_norm", "--copo.same_pipeline"], {1, 4, 5, 6, 7, 8, 9, 10}),
     (["--advantage_estimator", "group_norm", "--copo.metrics_file", "m.jsonl"], {1, 4, 5, 7}),
@@ -43,7 +44,8 @@ functions = {
     3: ActorPPOTrainer.training_step, 4: ppo_trainer.BasePPOTrainer.save_logs_and_checkpoints,
     5: ppo_trainer.compute_eval_metrics, 6: ppo_trainer.BasePPOTrainer.init_checkpoint_states,
     7: agent.SingleTurnAgentExecutor.execute, 8: SamplesGenerator.generate_eval_samples,
-    9: SamplesGenerator._dispatch_prompts_to_vllm, 10: ppo_trainer.prepare_datasets}
+    9: SamplesGenerator._dispatch_prompts_to_vllm, 10: ppo_trainer.prepare_datasets,
+    11: SamplesGenerator._generate_vllm}
 print(json.dumps({n: "openrlhf_copo" in inspect.getsourcefile(f) for n, f in functions.items()}))
 """
 

@@ -26,8 +26,11 @@ def test_moved_symbol_is_refused(monkeypatch):
 
 
 @pytest.mark.parametrize("module, qualname, patch", [
-    # called positionally by patch 8: a new parameter before `dynamic_filtering` would shift the call's meaning
-    ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._generate_vllm", "8"),
+    # called positionally by patch 8 (and wrapped by 11): a new parameter before `dynamic_filtering` would shift the
+    # call's meaning
+    ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._generate_vllm", "8, 11"),
+    # called by patch 11 on every response of Reinforce-Ada's later rounds
+    ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._process_response_into_experience", "11"),
     # patch 7 reads the engine as the sixth argument when it is not passed by keyword
     ("openrlhf.utils.agent", "SingleTurnAgentExecutor.execute", "7"),
     ("openrlhf.trainer.ppo_trainer", "prepare_datasets", "10"),
@@ -46,11 +49,11 @@ def test_every_patched_symbol_is_checked(monkeypatch, module, qualname, patch):
 
 
 def test_the_symbol_table_covers_every_patch_and_matches_openrlhf():
-    """All ten patches are covered, and the installed openrlhf passes (each patch's own install checks it too)."""
+    """All eleven patches are covered, and the installed openrlhf passes (each patch's own install checks it too)."""
     covered = set()
     for _, patches in versions.PATCHED_SYMBOLS.values():
         covered |= {int(p) for p in patches.split(",") if p.strip().isdigit()}
-    assert covered == set(range(1, 11))
+    assert covered == set(range(1, 12))
     assert versions.check_openrlhf() == importlib.metadata.version("openrlhf")
 
 
