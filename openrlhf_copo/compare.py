@@ -890,31 +890,37 @@ def check_same_start(out: Path, infos: List[dict], baseline: str = BASELINE) -> 
                          "needs one start per seed: rerun them, or the seed's baseline, from the same checkpoint")
 
 
+def _unlike_run(out: Path, infos: List[dict], key: str, differ) -> Optional[tuple]:
+    """The first run whose recorded ``key`` (a done.json entry) differs from the first recording run's, by ``differ``:
+    (its folder's name, the first's, what ``differ`` found); None when they agree. Runs that recorded none are not
+    checked (made before it was recorded)."""
+    recorded = [i for i in infos if i.get(key)]
+    for info in recorded[1:]:
+        found = differ(info[key], recorded[0][key])
+        if found:
+            return (*(run_dir(out, i["method"], i["seed"]).name for i in (info, recorded[0])), found)
+    return None
+
+
 def check_same_environment(out: Path, infos: List[dict]) -> None:
     """Refuses a report that would pair runs made on other versions of the `PACKAGES` (done.json's ``environment``),
-    naming the package and the two runs; runs that recorded none are not checked."""
-    recorded = [i for i in infos if i.get("environment")]
-    for info in recorded[1:]:
-        differ = environment_differs(info["environment"], recorded[0]["environment"])
-        if differ:
-            name, theirs, ours = differ
-            first, other = (run_dir(out, i["method"], i["seed"]).name for i in (recorded[0], info))
-            raise SystemExit(f"{out}: {other} was made with {name} {theirs}, {first} with {ours}: the same seeds draw "
-                             "other responses on another version; rerun one of them in this environment")
+    naming the package and the two runs."""
+    unlike = _unlike_run(out, infos, "environment", environment_differs)
+    if unlike:
+        other, first, (name, theirs, ours) = unlike
+        raise SystemExit(f"{out}: {other} was made with {name} {theirs}, {first} with {ours}: the same seeds draw "
+                         "other responses on another version; rerun one of them in this environment")
 
 
 def check_same_settings(out: Path, infos: List[dict]) -> Optional[dict]:
     """Refuses a report that would pair runs made with different settings (done.json's ``settings``), naming the flag
     and the two runs; returns the settings they share (None when no run recorded them: made before they were)."""
-    recorded = [i for i in infos if "settings" in i]
-    for info in recorded[1:]:
-        differ = settings_differ(info["settings"], recorded[0]["settings"])
-        if differ:
-            flag, theirs, ours = differ
-            first, other = (run_dir(out, i["method"], i["seed"]).name for i in (recorded[0], info))
-            raise SystemExit(f"{out}: {other} was made with {flag} {theirs!r}, {first} with {ours!r}: a paired "
-                             "comparison needs one setting; rerun one of them in another --out")
-    return recorded[0]["settings"] if recorded else None
+    unlike = _unlike_run(out, infos, "settings", settings_differ)
+    if unlike:
+        other, first, (flag, theirs, ours) = unlike
+        raise SystemExit(f"{out}: {other} was made with {flag} {theirs!r}, {first} with {ours!r}: a paired "
+                         "comparison needs one setting; rerun one of them in another --out")
+    return next((i["settings"] for i in infos if i.get("settings")), None)
 
 
 def _summary(runs: List[dict], method: str, baseline: str, point, targets: Sequence[float]) -> dict:
