@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from openrlhf_copo.contract import PROMPTS_CONSUMED
+from openrlhf_copo.core import rho_keeping_every_split  # noqa: F401 (METHODS' notes name it here)
 from openrlhf_copo.files import atomic_path
 
 #: Each method's flags: everything else of a run is the same for every method.
@@ -130,15 +131,6 @@ class Setting:
     #: A checkpoint every this many steps (0: none), the two newest kept: a rerun of a run that stopped goes on from
     #: its newest (`run_one`). Not one of the settings a run records (`FLAGS`): it changes no result.
     save_every: int = 10
-
-
-def rho_keeping_every_split(G: int, gamma: float = 20.0, base: float = 2.0, w_min: float = 0.99) -> float:
-    """The largest rho (to 0.01) at which every mixed answer split of G responses keeps w_local >= ``w_min``:
-    below the entropy of the most lopsided split, (G-1)+1, by what the sigmoid of sharpness ``gamma`` needs
-    (ln(w_min / (1 - w_min)) / gamma = 0.23 at 0.99 and gamma 20). At G = 4 (3+1 at 0.811 bits) that is 0.58; at
-    G = 6 (5+1 at 0.650 bits) 0.42."""
-    h = -((G - 1) / G * math.log((G - 1) / G, base) + 1 / G * math.log(1 / G, base))
-    return math.floor((h - math.log(w_min / (1 - w_min)) / gamma) * 100) / 100
 
 
 def run_dir(out: Path, method: str, seed: int) -> Path:

@@ -204,7 +204,7 @@ def report(record: dict, wall_seconds: float, regimes_json: Path = REGIMES_JSON)
     for row in split_table(groups, G, s["gamma"], s["rho"], s["entropy_base"]):
         lines.append(f"| {row['split']} | {row['entropy']:.3f} | {row['w_local']:.3g} | {row['term']} | "
                      f"{row['groups']} | {row['mixed']} |")
-    from openrlhf_copo.compare import rho_keeping_every_split
+    from openrlhf_copo.core import rho_keeping_every_split
 
     lines += ["", f"Mixed groups whose local term is gone (w_local < {LOCAL_LOST}): {lost} of {len(mixed)}. Every "
               f"mixed split keeps w_local >= 0.99 at rho <= {rho_keeping_every_split(G, s['gamma'], s['entropy_base'])}"

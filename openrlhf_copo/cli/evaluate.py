@@ -31,8 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     from openrlhf_copo.evaluation.evaluate import EvalInputError, evaluate, parse_benchmark
+    from openrlhf_copo.openrlhf_ext.runtime_patches.versions import EVALUATION, VllmVersionError, check_vllm
 
     args = build_parser().parse_args(argv)
+    try:  # every vLLM function and parameter the evaluation calls (`versions.VLLM_SYMBOLS`), before an engine is built
+        check_vllm(EVALUATION)
+    except VllmVersionError as e:
+        print(f"evaluate: error: {e}", file=sys.stderr)
+        return 2
     if args.name and len(args.name) != len(args.model):
         print("evaluate: error: give one --name per --model", file=sys.stderr)
         return 2

@@ -97,17 +97,6 @@ def chat_prompts(tokenizer, rows: Sequence[dict]) -> List[str]:
     return out
 
 
-def check_evaluation_vllm() -> None:
-    """Raises `EvalInputError`, in one line naming it, if the installed vLLM lacks a function or parameter that
-    `sample` calls (`versions.VLLM_SYMBOLS`), before an engine is built."""
-    from openrlhf_copo.openrlhf_ext.runtime_patches.versions import EVALUATION, VllmVersionError, check_vllm
-
-    try:
-        check_vllm(EVALUATION)
-    except VllmVersionError as e:
-        raise EvalInputError(str(e)) from None
-
-
 def sample(model: str, benchmarks: Sequence[Benchmark], temperature: float, top_p: float, max_tokens: int,
            seed: int) -> Dict[str, List[List[str]]]:
     """k responses per prompt, per benchmark, from one vLLM engine (the CPU build where there is no GPU)."""
@@ -118,7 +107,6 @@ def sample(model: str, benchmarks: Sequence[Benchmark], temperature: float, top_
         from openrlhf_copo.vllm_cpu import vllm_cpu_env
 
         os.environ.update(vllm_cpu_env())
-    check_evaluation_vllm()
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=model, dtype="bfloat16", seed=seed, enforce_eager=cpu, trust_remote_code=True)

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import re
+
 import pytest
 
 from openrlhf_copo.openrlhf_ext.runtime_patches import versions
@@ -208,13 +210,15 @@ def test_the_engine_process_refuses_it_where_patch_7_installs(monkeypatch):
         rollout.patch_agent(agent)
 
 
-def test_the_evaluation_refuses_it_before_building_an_engine(monkeypatch, tmp_path):
-    from openrlhf_copo.evaluation import evaluate
+def test_the_evaluation_refuses_it_before_building_an_engine(monkeypatch, tmp_path, capsys):
+    """`python -m openrlhf_copo.cli.evaluate` checks vLLM before it reads a model or builds an engine (the check
+    lives in the CLI: the evaluation package does not reach into the OpenRLHF glue, tests/test_imports.py)."""
+    from openrlhf_copo.cli import evaluate as cli
 
     monkeypatch.setattr(vllm.LLM, "__init__", lambda self, model, dtype=None: None)
-    with pytest.raises(evaluate.EvalInputError, match=r"^vllm \S+: vllm.LLM has no parameter seed, enforce_eager, "
-                                                      "trust_remote_code; openrlhf_copo calls it in the evaluation"):
-        evaluate.sample(str(tmp_path), [], 1.0, 1.0, 8, 0)
+    assert cli.main(["--model", str(tmp_path / "no-model"), "--benchmark", "math500:x.jsonl"]) == 2
+    assert re.search(r"^evaluate: error: vllm \S+: vllm.LLM has no parameter seed, enforce_eager, trust_remote_code; "
+                     "openrlhf_copo calls it in the evaluation", capsys.readouterr().err)
 
 
 def test_every_vllm_name_openrlhf_copo_imports_is_listed():
