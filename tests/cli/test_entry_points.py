@@ -119,14 +119,16 @@ sys.path.insert(0, "tests")
 from tests_support import copo_argv
 from openrlhf_copo.cli.train_ppo_ray import load_args
 from openrlhf_copo.openrlhf_ext import runtime_patches
+before = runtime_patches.is_applied()  # True only on a fork that carries patches/ in its own source
 args = load_args(copo_argv())
 assert args.algo.advantage.estimator == "copo"
-print("PATCHED", runtime_patches.is_applied())
+print("PATCHED", before, runtime_patches.is_applied())
 """
 
 
 def test_load_args_patches_nothing_in_the_calling_process():
-    """load_args checks the arguments alone: OpenRLHF's classes in the caller's process stay OpenRLHF's."""
+    """load_args checks the arguments alone: OpenRLHF's classes in the caller's process stay as they were (stock
+    OpenRLHF's, or a fork's, which carries the patches in its own source: tests/test_patches.py runs this there)."""
     import subprocess
     import sys
 
@@ -135,4 +137,5 @@ def test_load_args_patches_nothing_in_the_calling_process():
     out = subprocess.run([sys.executable, "-c", LOAD_ARGS_PATCHES_NOTHING], capture_output=True, text=True, cwd=REPO,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.splitlines()[-1] == "PATCHED False"
+    _, before, after = out.stdout.splitlines()[-1].split()
+    assert after == before
