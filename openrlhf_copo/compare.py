@@ -437,6 +437,12 @@ def check_finished_run(directory: Path, info: dict, method: str, settings: dict)
     differ = method_flags_differ(directory, info, method)
     if differ:
         raise SystemExit(differ)
+    if not info.get("environment"):
+        # which versions drew it cannot be told, and the same seeds draw other responses on other versions: kept, it
+        # would be paired with the runs this environment makes next
+        raise SystemExit(f"{directory} finished without recording its package versions (made before runs recorded "
+                         "them), so it cannot be paired with a run made here: use another --out, or delete "
+                         f"{directory} to rerun it")
     package = environment_differs(info.get("environment"), environment())
     if package:
         name, then, now = package
@@ -897,6 +903,14 @@ def _unlike_run(out: Path, infos: List[dict], key: str, differ) -> Optional[tupl
 def check_same_environment(out: Path, infos: List[dict]) -> None:
     """Refuses a report that would pair runs made on other versions of the `PACKAGES` (done.json's ``environment``),
     naming the package and the two runs."""
+    recorded = [i for i in infos if i.get("environment")]
+    if recorded and len(recorded) < len(infos):
+        # a run that recorded none was made before versions were recorded: on which, nothing says
+        unrecorded = next(i for i in infos if not i.get("environment"))
+        names = [run_dir(out, i["method"], i["seed"]).name for i in (unrecorded, recorded[0])]
+        raise SystemExit(f"{out}: {names[0]} recorded no package versions (made before runs recorded them), "
+                         f"{names[1]} did: the same seeds draw other responses on another version, so they cannot "
+                         "be paired; report them from separate --out folders, or rerun the first in this environment")
     unlike = _unlike_run(out, infos, "environment", environment_differs)
     if unlike:
         other, first, (name, theirs, ours) = unlike

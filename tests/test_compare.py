@@ -219,14 +219,15 @@ def test_the_cli_refuses_a_comparison_without_the_baseline(tmp_path, capsys):
 
 def write_sources_run(out: Path, method: str, seed: int, outcomes: dict, settings: dict = None) -> dict:
     """A finished run whose final evaluation has one greedy evaluation per data source, as OpenRLHF logs a held-out
-    file that mixes `datasource`s (eval_<source>_greedy and its per-prompt outcomes)."""
+    file that mixes `datasource`s (eval_<source>_greedy and its per-prompt outcomes), made in this environment."""
     d = compare.run_dir(out, method, seed)
     d.mkdir(parents=True)
     row = {"step": 1, "eval": 1}
     for source, o in outcomes.items():
         row.update({f"eval_{source}_greedy": o.count("1") / len(o), f"eval_{source}_greedy_outcomes": o})
     (d / "metrics.jsonl").write_text(json.dumps({"step": 1, "copo_zero_std": 0.5}) + "\n" + json.dumps(row) + "\n")
-    info = {"method": method, "seed": seed, "wall_seconds": 60.0, **({"settings": settings} if settings else {})}
+    info = {"method": method, "seed": seed, "wall_seconds": 60.0, **({"settings": settings} if settings else {}),
+            "environment": compare.environment()}
     (d / "done.json").write_text(json.dumps(info))
     return info
 
