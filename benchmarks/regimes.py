@@ -207,6 +207,63 @@ TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grp
 AT_G = {("copo_selective_rho04", 4): "copo_selective_rho05"}
 
 
+def generated_tokens(row: dict) -> float:
+    """The tokens a training step generated: under adaptive sampling (Reinforce-Ada) every round's (its own count),
+    else the rollout's responses times their mean length (OpenRLHF's rollout metrics)."""
+    from openrlhf_copo.contract import ADA_TOKENS
+
+    if row.get(ADA_TOKENS) is not None:
+        return row[ADA_TOKENS]
+    return row["rollout/num_samples"] * row["rollout/response_length_mean"]
+
+
+def run_cost(folder: Path, info: dict) -> dict:
+    """One run's cost: generated tokens per training step (mean over its steps), the summed time of its training steps
+    (OpenRLHF's `timing/step_total`: rollout, reward, advantage and update, no evaluation), and its wall time."""
+    from openrlhf_copo.evaluation.metrics_file import read_metrics, train_rows
+
+    rows = train_rows(read_metrics(compare.run_dir(folder, info["method"], info["seed"]) / "metrics.jsonl"))
+    return {"tokens_per_step": sum(generated_tokens(r) for r in rows) / len(rows),
+            "step_seconds": sum(r["timing/step_total"] for r in rows), "wall_seconds": info["wall_seconds"]}
+
+
+def cost_beside_baseline(costs: Dict[tuple, dict]) -> Dict[str, dict]:
+    """Per method, each cost of `run_cost` as a ratio to GRPO's run of the same seed, averaged over the seeds both
+    finished (with the range over seeds): {method: {key: (mean ratio, min, max), "seeds": n, "tokens_per_step": mean}}.
+    Generated tokens are the machine-independent cost; the times were taken on a machine shared with other work."""
+    out = {}
+    for method in dict.fromkeys(m for m, _ in costs):
+        seeds = [s for m, s in costs if m == method and (compare.BASELINE, s) in costs]
+        if not seeds:
+            continue
+        row = {"seeds": len(seeds), "tokens_per_step": sum(costs[(method, s)]["tokens_per_step"] for s in seeds)
+               / len(seeds)}
+        for key in ("tokens_per_step", "step_seconds", "wall_seconds"):
+            ratios = [costs[(method, s)][key] / costs[(compare.BASELINE, s)][key] for s in seeds]
+            row[f"{key}_ratio"] = (sum(ratios) / len(ratios), min(ratios), max(ratios))
+        out[method] = row
+    return out
+
+
+def cost_markdown(result: dict) -> str:
+    """A regime's accuracy beside its cost: per method, held-out greedy minus GRPO (paired, as in the table above) and
+    generated tokens per step, training-step time and wall time, each relative to GRPO's run of the same seed."""
+    lines = ["| method | minus grpo, paired (95% CI over seeds) | generated tokens per step | tokens x grpo | "
+             "training-step time x grpo | wall time x grpo |", "|---|---|---|---|---|---|"]
+
+    def ratio(v):
+        mean, low, high = v
+        return f"{mean:.2f}" + ("" if low == high else f" ({low:.2f}-{high:.2f})")
+
+    for method, c in result["cost"].items():
+        d = result["table"].get(method, {}).get("minus_baseline")
+        acc = "(baseline)" if method == compare.BASELINE else \
+            "-" if not d else f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
+        lines.append(f"| {method} | {acc} | {c['tokens_per_step']:.0f} | {ratio(c['tokens_per_step_ratio'])} | "
+                     f"{ratio(c['step_seconds_ratio'])} | {ratio(c['wall_seconds_ratio'])} |")
+    return "\n".join(lines)
+
+
 def collect() -> Dict[str, dict]:
     """Per regime with finished runs: the tool's report (each method minus GRPO, paired over seeds; what each
     method's runs saw at step 1), the machine-hours, and per run its step rows (for the plot)."""
@@ -220,6 +277,7 @@ def collect() -> Dict[str, dict]:
         result = compare.report(folder, infos, samples_per_prompt=g)
         result["G"], result["lr"] = g, lr
         result["machine_hours"] = sum(i["wall_seconds"] for i in infos) / 3600
+        result["cost"] = cost_beside_baseline({(i["method"], i["seed"]): run_cost(folder, i) for i in infos})
         result["curves"] = {f"{i['method']}-seed{i['seed']}": [
             {k: r.get(k) for k in ("step", "copo_zero_std", "copo_signal_copo", "copo_correct",
                                    "dynamic_filtering_pass_rate")}
@@ -452,7 +510,9 @@ def report() -> Dict[str, dict]:
     text = ["# Where GRPO stops learning: every method minus GRPO, by regime (benchmarks/regimes.py)", ""]
     for regime, res in results.items():
         text += [f"## {column(regime, res)}; {res['machine_hours']:.1f} machine-hours on this machine's 2 cores",
-                 "", compare.markdown(res), ""]
+                 "", compare.markdown(res), "",
+                 "Accuracy beside cost (each ratio over the seeds both finished, their range in brackets; tokens are "
+                 "counted, the times were taken on a machine shared with other work):", "", cost_markdown(res), ""]
     table = which_method_when_with_notes(results)
     text += ["## Which method when", "", table, ""]
     README.write_text(readme_with_table(README.read_text(), which_method_when_with_notes(results, diagnostics=False)))
