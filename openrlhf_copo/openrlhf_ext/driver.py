@@ -350,16 +350,24 @@ def openrlhf_args(argv, prog: str):
 def _main_block_namespace(prog: str):
     """OpenRLHF's main module, a copy of its namespace in which the first part of its main block has built `parser`
     (COPO's flags added, abbreviated flags refused), and the second part of that block, to run there."""
-    upstream = importlib.import_module(OPENRLHF_MAIN)
-    build_parser, parse_and_train = openrlhf_main_block(upstream)
-    namespace = dict(vars(upstream))
-    exec(build_parser, namespace)
+    upstream, namespace, parse_and_train = openrlhf_parser_namespace()
     parser = namespace["parser"]
     parser.prog = prog
     # Whole flags only: argparse would take `--actor.model_name_or_pat` for `--actor.model_name_or_path`, while what
     # reads the command line as written (the CPU demo's "no model given", the example scripts' paths) would not.
     parser.allow_abbrev = False
-    extend_openrlhf_parser(parser)
+    return upstream, namespace, parse_and_train
+
+
+def openrlhf_parser_namespace():
+    """OpenRLHF's main module, a copy of its namespace in which the first part of its main block has built `parser`
+    with COPO's flags (`extend_openrlhf_parser`), and the second part of that block, to run there. Shared by
+    `_main_block_namespace` and `compare`, which reads a command line with that parser and runs nothing."""
+    upstream = importlib.import_module(OPENRLHF_MAIN)
+    build_parser, parse_and_train = openrlhf_main_block(upstream)
+    namespace = dict(vars(upstream))
+    exec(build_parser, namespace)
+    extend_openrlhf_parser(namespace["parser"])
     return upstream, namespace, parse_and_train
 
 
