@@ -119,7 +119,7 @@ def test_fp32_is_the_cpu_paths_and_refused_on_a_gpu(load_args, monkeypatch, no_r
     assert args.ds.param_dtype == "fp32"
     monkeypatch.setattr(device, "cuda_available", lambda: True)
     with pytest.raises(driver.DriverError, match="where --ds.param_dtype fp32 is the CPU path's"):
-        driver.apply_device(args)
+        driver.decide_device(args)
 
 
 def test_fp32_on_the_cpu_path_loads_float32_and_overrides_vllms_bfloat16(cpu_path, monkeypatch):
