@@ -173,9 +173,6 @@ def main(argv=None) -> int:
         raise SystemExit("uncommitted changes in this checkout: commit or stash them first (each defect is undone "
                          "with git checkout -- FILE)")
     chosen = [known[i] for i in a.only] if a.only else [d for d in DEFECTS if not d.heavy]
-    print(f"commit {git('rev-parse', '--short', 'HEAD').strip()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print("| area | defect | id | tests that fail (time of the run) | first failure's message |")
-    print("|---|---|---|---|---|")
     if a.baseline:
         tests = tuple(dict.fromkeys(t for d in chosen for t in d.tests))
         rc, failed, seconds = run_tests(tests)
@@ -183,6 +180,9 @@ def main(argv=None) -> int:
               + "".join(f"\n  failed: {t}: {m}" for t, m in failed))
         if rc != 0:
             return 1
+    print(f"commit {git('rev-parse', '--short', 'HEAD').strip()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print("| area | defect | id | tests that fail (time of the run) | first failure's message |")
+    print("|---|---|---|---|---|")
     caught = 0
     for d in chosen:
         rc, failed, seconds = reintroduce(d)
