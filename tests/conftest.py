@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+# Nothing the tests read comes from the Hugging Face hub (their models are folders, built offline). Offline, a model
+# name that is not a folder (copo_argv's "unused") fails at once: online without a network, huggingface_hub retried it
+# for 23 s, twice per run's settings (46 s per test of test_which_patches_a_run_gets). Set before anything imports it.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))  # `tests_support`: helpers shared by the tests
 
 import quick_tier  # noqa: E402
