@@ -122,19 +122,20 @@ def test_fp32_is_the_cpu_paths_and_refused_on_a_gpu(load_args, monkeypatch, no_r
         driver.apply_device(args)
 
 
-def test_fp32_on_the_cpu_path_loads_float32_and_overrides_vllms_bfloat16(cpu_path, monkeypatch):
+def test_fp32_on_the_cpu_path_loads_float32_and_overrides_vllms_bfloat16(cpu_path, monkeypatch, tmp_path):
     import torch
     from vllm.engine.arg_utils import EngineArgs
 
     from openrlhf.utils.utils import convert_to_torch_dtype
 
     assert convert_to_torch_dtype("fp32") is torch.float32 and convert_to_torch_dtype("bf16") is torch.bfloat16
-    engine_args = EngineArgs(model="unused", dtype="bfloat16")  # what OpenRLHF's create_vllm_engines passes
+    # what OpenRLHF's create_vllm_engines passes; a folder, which offline vLLM takes as it is (a hub name it looks up)
+    engine_args = EngineArgs(model=str(tmp_path), dtype="bfloat16")
     monkeypatch.setenv(cpu.VLLM_DTYPE_ENV, "float32")
     try:
         engine_args.create_engine_config()
     except Exception:
-        pass  # no model at "unused": the dtype was set before vLLM looked for it
+        pass  # no model in the empty folder: the dtype was set before vLLM looked for it
     assert engine_args.dtype == "float32"
 
 
