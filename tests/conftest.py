@@ -17,12 +17,18 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))  # `tests_support`: helpers shared by the tests
 
+import quick_tier  # noqa: E402
 from tests_support import free_port  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_addoption(parser):
+    quick_tier.add_option(parser)
+
+
 def pytest_configure(config):
+    quick_tier.configure(config)
     # DeepSpeed's JIT ops from setup's build (this environment's folder and ninja), in-process tests included
     from openrlhf_copo.openrlhf_ext import cpu
 

@@ -9,6 +9,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from tests_support import REPO, RayNodes, free_port, ray_start_ports
 
 GPU = REPO / "tests" / "gpu"
@@ -118,6 +120,7 @@ def _answers(port: int, tries: int = 6) -> bool:
     return False
 
 
+@pytest.mark.heavy  # two `ray start` clusters
 def test_the_head_tests_stop_ends_its_own_nodes_and_no_other_cluster():
     """`ray stop --force` (the head-without-GPU test's old clean-up) ends every Ray on the machine. `RayNodes.stop`
     ends the process groups of the nodes it started: another cluster on the machine keeps answering."""

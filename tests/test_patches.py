@@ -67,6 +67,7 @@ def test_the_forks_own_main_runs_the_same_driver_steps(fork, tmp_path, extra, re
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.heavy  # a training run
 def test_a_forks_killed_worker_ends_on_the_same_line_as_the_clis(fork, tmp_path):
     """The fork's own `python -m openrlhf.cli.train_ppo_ray` runs the driver steps to the end (`train_from_fork`):
     the device step (on this CUDA-less machine, the CPU path), then training. Its DeepSpeed worker killed mid-run, it

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from openrlhf.trainer.ppo_utils.experience import Experience
+from quick_tier import descendants  # noqa: F401  (the end-to-end tests kill their own run's workers with it)
 
 
 
@@ -38,26 +39,6 @@ def write_prompts(path: Path, n: int) -> Path:
             f.write(json.dumps({"prompt": [{"role": "user", "content": f"What is {i} + {i}? Answer in \\boxed{{}}."}],
                                 "label": str(2 * i)}) + "\n")
     return path
-
-
-def descendants(pid: int) -> set:
-    """Every process below ``pid`` (a run's driver: its local Ray cluster and workers), from /proc. Tests kill
-    only their own run's workers, never another Ray job's on the same machine."""
-    children = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
 
 
 def train_argv(tmp: Path, model: str, data: Path, max_samples: int, *extra: str) -> list:

@@ -15,6 +15,8 @@ import pytest
 from openrlhf_copo.cpu_demo.models import tiny_qwen2
 from tests_support import REPO, write_prompts
 
+pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
+
 #: The OpenRLHF flags a user hands every run after `--`: here, the tiny model's CPU sizes.
 CPU_FLAGS = ["--rollout.micro_batch_size", "4", "--train.micro_batch_size", "4", "--rollout.max_new_tokens", "16",
              "--data.max_len", "160", "--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1",

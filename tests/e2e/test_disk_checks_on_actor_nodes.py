@@ -19,6 +19,8 @@ import pytest
 
 from tests_support import REPO, copo_argv, free_port
 
+pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
+
 RAY = str(Path(sys.executable).parent / "ray")
 
 #: The driver's checks (the CLI's, in order) on a command line, in a process that joins the cluster at RAY_ADDRESS.

@@ -17,6 +17,8 @@ from openrlhf_copo.cpu_demo.models import tiny_qwen2
 from openrlhf_copo.probe import shares
 from tests_support import REPO, metrics, train, write_prompts
 
+pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
+
 SEED, PROMPTS, G, ROWS = "7", 4, 3, 8
 #: The OpenRLHF flags the probe hands its run after `--`: the tiny model's CPU sizes, as the training run's.
 CPU_FLAGS = ["--rollout.micro_batch_size", "4", "--train.micro_batch_size", "4", "--rollout.max_new_tokens", "16",

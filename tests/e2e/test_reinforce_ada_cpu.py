@@ -13,6 +13,8 @@ import pytest
 from openrlhf_copo.cpu_demo.models import tiny_qwen2
 from tests_support import REPO, metrics, train, write_prompts
 
+pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
+
 FIXTURES = REPO / "tests" / "fixtures"
 #: one step of 2 prompts x G = 4, rounds of 4 up to 12 responses per prompt
 ADA = ("--advantage_estimator", "reinforce_ada", "--copo.ada_round_size", "4", "--copo.ada_budget", "12",

@@ -12,6 +12,8 @@ import pytest
 from openrlhf_copo.cpu_demo.models import tiny_qwen2
 from tests_support import all_rows, kill_policy_actor_mid_run, load_weights, metrics, train, train_argv, write_prompts
 
+pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
+
 COPO_METRICS = ["copo_entropy", "copo_w_local", "copo_w_global", "copo_signal_grpo", "copo_signal_copo",
                 "copo_weighted_global_adv", "copo_loss_local", "copo_loss_global", "policy_loss"]
 

@@ -21,6 +21,8 @@ import pytest
 from openrlhf_copo.cpu_demo.models import tiny_qwen2
 from tests_support import REPO, free_port, submit_runtime_env, train_argv, write_prompts
 
+pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
+
 RAY = str(Path(sys.executable).parent / "ray")
 PROG_ERROR = "python -m openrlhf_copo.cli.train_ppo_ray: error: training stopped:"
 #: Ray folds identical lines of several workers into one; every worker's own line is the evidence here.

@@ -14,6 +14,8 @@ import torch
 from openrlhf_copo.cpu_demo.models import tiny_qwen2
 from tests_support import REPO, load_weights, metrics, train, write_prompts
 
+pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
+
 FAST = ("--ckpt.save_steps", "-1", "--ds.param_dtype", "fp32")
 
 

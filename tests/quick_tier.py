@@ -1,0 +1,163 @@
+"""The quick tier, `pytest --quick`: every test but those marked `heavy` (they start a Ray cluster, a vLLM engine or a
+training run), with a watch that fails an unmarked test which starts one anyway, so the tier stays quick whoever
+adds a test. A plugin that tests/conftest.py registers; it imports nothing heavy, so a test can run it in a fresh
+pytest of its own."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+MARK = "heavy"  # registered in pyproject.toml
+OPTION = "--quick"
+# What a Ray cluster and a vLLM engine run as, whoever starts them (ray.init, `ray start`, the CLI in a subprocess):
+# Ray's GCS and raylet executables, and the process title vLLM gives its engine (vllm.utils.system_utils).
+RAY_EXECUTABLES = ("gcs_server", "raylet")
+VLLM_TITLE = "VLLM::"
+NESTED_ENV = "QUICK_TIER_NESTED"
+POLL_S = 0.5  # a Ray cluster or a vLLM engine takes seconds to start and lives for as long
+
+
+def descendants(pid: int, pruned=lambda pid: False) -> set:
+    """Every process below ``pid`` (a run's driver: its local Ray cluster and workers), from /proc, leaving out those
+    for which ``pruned`` is true and everything below them. Tests kill only their own run's workers, never another Ray
+    job's on the same machine."""
+    children = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out and not pruned(child):
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def judged_apart(pid: int, watcher: int) -> bool:
+    """Whether ``pid`` is a pytest that a test of the pytest ``watcher`` runs to judge tests of its own
+    (tests/test_quick_tier.py runs one over tests written to start such processes): started with NESTED_ENV set to
+    ``watcher``'s pid. What it and its tests start is its to judge, not ``watcher``'s."""
+    try:
+        return f"{NESTED_ENV}={watcher}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def heavy_process(pid: int) -> str | None:
+    """What process ``pid`` is if it belongs to a Ray cluster or a vLLM engine ("raylet", "VLLM::EngineCore"), else
+    None: the executable's name for Ray's, the title vLLM sets (in argv, read back from /proc) for its engine."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:  # ended meanwhile
+        return None
+    if comm in RAY_EXECUTABLES:
+        return comm
+    return argv0.split()[0] if argv0.startswith(VLLM_TITLE) else None
+
+
+def add_option(parser) -> None:
+    parser.addoption(OPTION, action="store_true",
+                     help=f"the quick tier: leave out the tests marked {MARK} (Ray clusters, vLLM engines, training "
+                          f"runs), and fail any other test that starts one")
+
+
+class Watch:
+    """Which heavy processes appeared below this pytest process during each test, set up and teardown included
+    (a module's fixture may start the cluster): a thread looks every POLL_S seconds, so that a cluster a test starts
+    and stops before it ends is seen too."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.current = None
+        self.seen = {}  # nodeid -> names of the heavy processes seen while it ran
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="quick-tier-watch", daemon=True)
+        self._thread.start()
+
+    def look(self) -> None:
+        below = descendants(self.pid, lambda pid: judged_apart(pid, self.pid))
+        names = {name for pid in below if (name := heavy_process(pid))}
+        with self._lock:
+            if names and self.current is not None:
+                self.seen.setdefault(self.current, set()).update(names)
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_S):
+            self.look()
+
+    def start(self, nodeid: str) -> None:
+        with self._lock:
+            self.current = nodeid
+
+    def end(self, nodeid: str) -> set:
+        """The heavy processes seen during ``nodeid``, with a last look now."""
+        self.look()
+        with self._lock:
+            self.current = None
+            return self.seen.pop(nodeid, set())
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def ray_connected() -> bool:
+    """Whether this process is still a Ray driver (it joined a cluster, even one it did not start). Asked only if a
+    test imported Ray: the quick tier need not import it."""
+    ray = sys.modules.get("ray")
+    return bool(ray is not None and ray.is_initialized())
+
+
+def why_heavy(seen: set, connected: bool) -> str:
+    """The one line that fails a test not marked heavy: what it started, and the marker to add."""
+    what = sorted(seen) + (["ray.init (still connected at the end)"] if connected else [])
+    return (f"this test started {', '.join(what)} but is not marked {MARK}: mark it (@pytest.mark.{MARK}, or "
+            f"pytestmark = pytest.mark.{MARK} for its module) so that `pytest {OPTION}` leaves it out")
+
+
+class QuickTier:
+    """The plugin, registered only under --quick."""
+
+    def __init__(self):
+        self.watch = Watch()
+
+    def pytest_collection_modifyitems(self, config, items):
+        kept = [item for item in items if item.get_closest_marker(MARK) is None]
+        left = [item for item in items if item.get_closest_marker(MARK) is not None]
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = kept
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.watch.start(nodeid)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        if call.when != "teardown":
+            return
+        seen, connected = self.watch.end(item.nodeid), ray_connected()
+        if seen or connected:
+            report = outcome.get_result()
+            report.outcome, report.longrepr = "failed", f"{item.nodeid}: {why_heavy(seen, connected)}"
+
+    def pytest_unconfigure(self, config):
+        self.watch.stop()
+
+
+def configure(config) -> None:
+    """Register the quick tier's plugin where --quick is given."""
+    if config.getoption(OPTION):
+        config.pluginmanager.register(QuickTier(), "quick_tier")

@@ -1,0 +1,101 @@
+"""`pytest --quick` (tests/quick_tier.py): the tests marked heavy are left out, and a test that is not marked but starts
+a Ray cluster or a vLLM engine fails, naming what it started. Each case is a pytest of its own, in a fresh process, over
+a few tests written for it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import quick_tier
+
+TESTS = Path(__file__).resolve().parent
+
+CONFTEST = """
+import quick_tier
+
+def pytest_addoption(parser):
+    quick_tier.add_option(parser)
+
+def pytest_configure(config):
+    quick_tier.configure(config)
+"""
+
+# a process that runs as Ray's raylet does (its executable is named so), and one titled as vLLM's engine process is,
+# each living 2 s: what the watch must see, whatever started them
+LIGHT_CASES = """
+import shutil, subprocess
+import pytest
+
+def test_nothing_heavy():
+    subprocess.run(["sleep", "1"], check=True)  # a subprocess of its own is fine
+
+def test_an_unmarked_raylet(tmp_path):
+    raylet = shutil.copy(shutil.which("sleep"), tmp_path / "raylet")
+    subprocess.run([raylet, "2"], check=True)
+
+def test_an_unmarked_vllm_engine():
+    subprocess.run(["bash", "-c", "exec -a VLLM::EngineCore sleep 2"], check=True)
+
+@pytest.mark.heavy
+def test_a_marked_raylet(tmp_path):
+    raylet = shutil.copy(shutil.which("sleep"), tmp_path / "raylet")
+    subprocess.run([raylet, "2"], check=True)
+"""
+
+REAL_RAY = """
+def test_starts_ray_unmarked():
+    import ray
+
+    ray.init(address="local", num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+"""
+
+
+def run_pytest(folder: Path, cases: str, *flags: str) -> str:
+    """pytest over ``cases`` in ``folder``, with the quick tier's plugin as tests/conftest.py registers it; its output."""
+    (folder / "conftest.py").write_text(CONFTEST)
+    (folder / "test_cases.py").write_text(textwrap.dedent(cases))
+    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    heavy: starts Ray, vLLM or a training run\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+           quick_tier.NESTED_ENV: str(os.getpid())}  # its tests' processes are its own to judge, not this test's
+    env.pop("RAY_ADDRESS", None)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *flags], cwd=folder,
+                         env=env, capture_output=True, text=True, timeout=300)
+    return out.stdout + out.stderr
+
+
+def outcome(out: str) -> dict:
+    """pytest's last line as counts, its warnings left out: {"passed": 3, "errors": 2}."""
+    counts = re.findall(r"(\d+) (\w+)", out.strip().splitlines()[-1])
+    return {what: int(n) for n, what in counts if not what.startswith("warning")}
+
+
+def test_the_quick_tier_leaves_out_heavy_tests_and_fails_an_unmarked_one_that_starts_ray_or_vllm(tmp_path):
+    out = run_pytest(tmp_path, LIGHT_CASES, "--quick")
+    assert outcome(out) == {"passed": 3, "deselected": 1, "errors": 2}, out  # an error at each one's teardown
+    assert "PASSED test_cases.py::test_nothing_heavy" in out and "ERROR test_cases.py::test_nothing_heavy" not in out
+    assert ("test_cases.py::test_an_unmarked_raylet: this test started raylet but is not marked heavy: mark it "
+            "(@pytest.mark.heavy, or pytestmark = pytest.mark.heavy for its module) so that `pytest --quick` leaves "
+            "it out") in out, out
+    assert "test_cases.py::test_an_unmarked_vllm_engine: this test started VLLM::EngineCore but is not marked heavy" \
+        in out, out
+    assert "test_a_marked_raylet" not in out  # deselected, never run
+
+
+def test_without_quick_every_test_runs_and_nothing_is_watched(tmp_path):
+    out = run_pytest(tmp_path, LIGHT_CASES)
+    assert outcome(out) == {"passed": 4}, out
+
+
+@pytest.mark.heavy
+def test_the_quick_tier_fails_an_unmarked_test_that_starts_a_real_ray_cluster(tmp_path):
+    out = run_pytest(tmp_path, REAL_RAY, "--quick")
+    assert outcome(out) == {"passed": 1, "error": 1}, out
+    assert ("test_cases.py::test_starts_ray_unmarked: this test started gcs_server, raylet, ray.init (still connected "
+            "at the end) but is not marked heavy") in out, out
