@@ -86,6 +86,18 @@ def test_cpu_path_is_active_in_this_process(cpu_path):
     assert wrap.WorkerWrap.update_weight is cpu._cpu_update_weight
 
 
+def test_both_ends_of_the_weight_sync_build_the_gloo_group(cpu_path):
+    """The actor's end (rank 0, ppo_actor's import) and the vLLM workers' end (distributed_util's) both build the gloo
+    group. Either end left on OpenRLHF's own builds vLLM's PyNcclCommunicator, which where NCCL is missing disables
+    itself without a word (its broadcast does nothing): no test without a training run noticed the actor's end
+    missing (docs/testing.md)."""
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+    import openrlhf.utils.distributed_util as du
+
+    assert ppo_actor.stateless_init_process_group is cpu._gloo_stateless_init_process_group
+    assert du.stateless_init_process_group is cpu._gloo_stateless_init_process_group
+
+
 def test_ray_workers_get_every_core_and_an_fp32_run_builds_fp32_vllm_engines(load_args, monkeypatch, no_ray_cluster):
     """Ray gives an actor that asks for one CPU OMP_NUM_THREADS=1 (torch would train on one core)."""
     import os
@@ -119,7 +131,7 @@ def test_fp32_is_the_cpu_paths_and_refused_on_a_gpu(load_args, monkeypatch, no_r
     assert args.ds.param_dtype == "fp32"
     monkeypatch.setattr(device, "cuda_available", lambda: True)
     with pytest.raises(driver.DriverError, match="where --ds.param_dtype fp32 is the CPU path's"):
-        driver.apply_device(args)
+        driver.decide_device(args)
 
 
 def test_fp32_on_the_cpu_path_loads_float32_and_overrides_vllms_bfloat16(cpu_path, monkeypatch, tmp_path):
