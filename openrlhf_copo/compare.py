@@ -146,13 +146,31 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def whole_passes(steps: int, prompts_per_step: int, rows: int) -> Optional[int]:
+    """How many whole passes over one file of ``rows`` prompts (OpenRLHF episodes, each reshuffled by --train.seed)
+    make a run of ``steps`` steps of ``prompts_per_step`` prompts that draws as many distinct prompts as the file and
+    the steps allow; None when no number of them does.
+
+    - When the file holds steps x P prompts or more: one pass over its first steps x P rows.
+    - Otherwise every row is drawn, so the passes go over the whole file: each pass must be whole steps (rows a
+      multiple of P: OpenRLHF trains an episode's partial last batch as a smaller step), and the steps a whole
+      number of passes (OpenRLHF has no flag that stops after a given step). DAPO-Math-17k's 17,398 prompts at 512 a
+      step are no whole number of steps: None from 34 steps on (`prompt_plan` then writes the passes into one file)."""
+    if steps * prompts_per_step <= rows:
+        return 1
+    steps_per_pass, partial_step = divmod(rows, prompts_per_step)
+    if partial_step or steps % steps_per_pass:
+        return None
+    return steps // steps_per_pass
+
+
 def prompt_plan(setting: Setting, out: Path) -> dict:
     """What a run's prompts will be, without writing anything: steps x prompts per step drawn in all, exactly, from
     as many distinct prompts as the file and the steps allow (min(rows, steps x P)), in whole steps.
 
-    - Whole passes (OpenRLHF episodes, each reshuffled by --train.seed) when some number of them uses that many
-      prompts: one pass over the file's first steps x P rows when it holds that many; else e passes over its first
-      steps / e x P rows, the fewest e that divide the steps, when those rows are all of it.
+    - Whole passes (OpenRLHF episodes, each reshuffled by --train.seed) when some number of them draws that many
+      prompts (`whole_passes`): the file's first steps x P rows once when it holds that many, else e passes over
+      all of it.
     - Otherwise one episode over a file of steps x P rows: every row of the source floor(steps x P / rows) times and
       the remainder once more (the first rows of a fixed shuffle, seed 0), which OpenRLHF shuffles by --train.seed
       like any file. Whole passes over fewer rows (the tool's rule until issue 49) trained 60 steps of 512 on 15,360 of
@@ -172,14 +190,14 @@ def prompt_plan(setting: Setting, out: Path) -> dict:
         raise SystemExit(f"{source}: {have} prompts, fewer than --prompts_per_step {P}")
     drawn = steps * P
     distinct = min(have, drawn)
-    episodes = next(e for e in range(-(-drawn // have), steps + 1) if steps % e == 0)
-    if steps // episodes * P == distinct:
-        layout, rows, file_rows = "first", distinct, distinct
+    episodes = whole_passes(steps, P, have)
+    if episodes is None:
+        layout, episodes, file_rows = "passes", 1, drawn
     else:
-        layout, rows, episodes, file_rows = "passes", have, 1, drawn
+        layout, file_rows = "first", distinct
     plan = {"source_rows": have, "distinct": distinct, "drawn": drawn, "passes": drawn / distinct,
             "episodes": episodes, "layout": layout, "file_rows": file_rows}
-    if layout == "first" and rows == have:
+    if layout == "first" and file_rows == have:
         return {**plan, "file": str(source)}
     key = hashlib.sha256(f"{_sha256(source)} {layout} {file_rows}".encode()).hexdigest()[:16]
     return {**plan, "file": str(Path(out) / f"train-{file_rows}rows-{key}.jsonl")}
@@ -213,10 +231,23 @@ def train_file(setting: Setting, out: Path) -> Tuple[Path, int]:
     return cut, plan["episodes"]
 
 
+#: The flag of the step-0 evaluation: a run gets it when ``step0`` says it makes its seed's (`sweep`), and only then.
+STEP0_FLAG = "--copo.eval_before_train"
+
+
+def sweep(methods: Sequence[str], seeds: Sequence[int]) -> List[Tuple[str, int, bool]]:
+    """Every run of a comparison, seed by seed: (method, seed, step0), step0 whether the run makes its seed's step-0
+    evaluation. That evaluation is the same model on the same held-out prompts for every method of a seed, so the
+    seed's first run (the baseline's: `cli.compare` puts it first) makes it and the others share it. The one place
+    that decides it: `run_all` and `plan` pass it down to `run_one`, `run_argv` and the evaluations due."""
+    return [(method, seed, i == 0) for seed in seeds for i, method in enumerate(methods)]
+
+
 def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: Path, step0: bool,
              episodes: int = 1) -> List[str]:
-    """The train_ppo_ray command line of one run: the method's flags, the paired flags, the setting's (`FIXED`), then
-    ``setting.extra`` (which wins over what precedes it), then the seed."""
+    """The train_ppo_ray command line of one run: the method's flags, the paired flags, the tool's (`TOOL_FLAGS`), then
+    ``setting.extra`` (which wins over what precedes it), then the seed, then the step-0 evaluation's flag when
+    ``step0`` (`sweep`); given after --, that flag is left out, since ``step0`` decides it."""
     P, G = setting.prompts_per_step, setting.samples_per_prompt
     scratch = directory / "scratch"  # checkpoints, the final model: kept until the run finished
     base = [
@@ -234,12 +265,8 @@ def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: P
         "--logger.logging_steps", "1", "--copo.metrics_file", str(directory / "metrics.jsonl"),
         "--copo.device", setting.device,
     ]
-    argv = METHODS[method] + PAIRED + base + list(setting.extra) + ["--train.seed", str(seed)]
-    if step0 and "--copo.eval_before_train" not in argv:
-        argv.append("--copo.eval_before_train")
-    if not step0:  # the step-0 evaluation is the same model on the same prompts: made once per seed
-        argv = [a for a in argv if a != "--copo.eval_before_train"]
-    return argv
+    extra = [a for a in setting.extra if a != STEP0_FLAG]
+    return METHODS[method] + PAIRED + base + extra + ["--train.seed", str(seed)] + ([STEP0_FLAG] if step0 else [])
 
 
 #: The train_ppo_ray flags that the tool sets from its own flags (`run_argv`), with the tool's flag that sets each:
@@ -258,18 +285,13 @@ TOOL_FLAGS = {"--actor.model_name_or_path": "--model/--start_checkpoint", "--rew
 
 @functools.lru_cache(maxsize=1)
 def _openrlhf_parser():
-    """train_ppo_ray's parser with COPO's flags (`driver.openrlhf_main_block`, as `driver.openrlhf_args` builds it),
-    to read a command line as train_ppo_ray will: aliases (--advantage_estimator), abbreviations, --flag=value."""
-    import importlib
-
+    """train_ppo_ray's parser with COPO's flags (`driver.openrlhf_parser_namespace`, as `driver.openrlhf_args` builds
+    it), to read a command line as train_ppo_ray will: aliases (--advantage_estimator), --flag=value; abbreviations
+    too (argparse's default, which train_ppo_ray turns off), so that an abbreviated flag that would redefine a
+    method is named before any run rather than refused by the run."""
     from openrlhf_copo.openrlhf_ext import driver
-    from openrlhf_copo.openrlhf_ext.config import extend_openrlhf_parser
 
-    upstream = importlib.import_module(driver.OPENRLHF_MAIN)
-    build_parser, _ = driver.openrlhf_main_block(upstream)
-    namespace = dict(vars(upstream))
-    exec(build_parser, namespace)
-    extend_openrlhf_parser(namespace["parser"])
+    _, namespace, _ = driver.openrlhf_parser_namespace()
     return namespace["parser"]
 
 
@@ -406,8 +428,9 @@ def checkpoint_flags(save_every: int) -> List[str]:
 
 
 def due_evaluations(setting: Setting, step0: bool):
-    """The steps up to a given step whose evaluation a run makes: 0 (the seed's first run), every --eval_every, and
-    the last step."""
+    """The steps up to a given step whose evaluation a run makes: 0 when it makes its seed's step-0 evaluation
+    (`sweep`), every --eval_every steps (OpenRLHF's global_step % eval.steps), and the last step
+    (--copo.eval_after_train) when that is not one of them."""
     def due(step: int) -> List[int]:
         every = [s for s in range(1, step + 1) if s % setting.eval_every == 0]
         return ([0] if step0 else []) + every + ([step] if step >= setting.steps and step not in every else [])
@@ -437,6 +460,12 @@ def check_finished_run(directory: Path, info: dict, method: str, settings: dict)
     differ = method_flags_differ(directory, info, method)
     if differ:
         raise SystemExit(differ)
+    if not info.get("environment"):
+        # which versions drew it cannot be told, and the same seeds draw other responses on other versions: kept, it
+        # would be paired with the runs this environment makes next
+        raise SystemExit(f"{directory} finished without recording its package versions (made before runs recorded "
+                         "them), so it cannot be paired with a run made here: use another --out, or delete "
+                         f"{directory} to rerun it")
     package = environment_differs(info.get("environment"), environment())
     if package:
         name, then, now = package
@@ -553,9 +582,9 @@ def record_failure(directory: Path, failure) -> None:
 
 
 def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path) -> List[dict]:
-    """Every (method, seed), seed by seed; the first method of a seed makes its step-0 evaluation. A run that fails
-    is said on stderr and recorded in its folder (`FAILED`), and the sweep goes on: the markers returned are the
-    finished runs', and `failed_runs` lists the others."""
+    """Every (method, seed), seed by seed, the first method of a seed making its step-0 evaluation (`sweep`). A run
+    that fails is said on stderr and recorded in its folder (`FAILED`), and the sweep goes on: the markers returned
+    are the finished runs', and `failed_runs` lists the others."""
     from tqdm import tqdm
 
     from openrlhf_copo.compare_runs import RunFailed
@@ -564,9 +593,8 @@ def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out:
     if unknown:
         raise SystemExit(f"unknown method(s) {unknown}: choose from {', '.join(METHODS)}")
     check_extra(setting, methods, seeds, out)
-    plan = [(m, s, i == 0) for s in seeds for i, m in enumerate(methods)]
     infos = []
-    for method, seed, step0 in tqdm(plan, desc="runs", unit="run"):
+    for method, seed, step0 in tqdm(sweep(methods, seeds), desc="runs", unit="run"):
         kept = is_finished(run_dir(out, method, seed))
         try:
             info = run_one(setting, method, seed, out, step0)
@@ -607,10 +635,8 @@ def held_out_sources(test) -> Dict[str, Optional[int]]:
 
 
 def evaluations(setting: Setting, step0: bool) -> List[int]:
-    """The steps at which a run evaluates: 0 when it makes its seed's step-0 evaluation, every --eval_every steps
-    (OpenRLHF's global_step % eval.steps), and the last step (--copo.eval_after_train) when that is not one of them."""
-    steps = list(range(setting.eval_every, setting.steps + 1, setting.eval_every))
-    return ([0] if step0 else []) + steps + ([setting.steps] if setting.steps not in steps else [])
+    """The steps at which a whole run evaluates (`due_evaluations` at its last step)."""
+    return due_evaluations(setting, step0)(setting.steps)
 
 
 def sampling_budget(method: str, extra: Sequence[str]) -> Optional[int]:
@@ -642,13 +668,12 @@ def plan(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Pa
     check_extra(setting, methods, seeds, out)
     prompts = prompt_plan(setting, out)
     runs = []
-    for seed in seeds:
-        for i, method in enumerate(methods):
-            directory = run_dir(out, method, seed)
-            argv = run_argv(setting, method, seed, directory, Path(prompts["file"]), i == 0, prompts["episodes"])
-            runs.append({"method": method, "seed": seed, "step0": i == 0, "kept": is_finished(directory),
-                         "evaluations": evaluations(setting, i == 0),
-                         "argv": [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv]})
+    for method, seed, step0 in sweep(methods, seeds):
+        directory = run_dir(out, method, seed)
+        argv = run_argv(setting, method, seed, directory, Path(prompts["file"]), step0, prompts["episodes"])
+        runs.append({"method": method, "seed": seed, "step0": step0, "kept": is_finished(directory),
+                     "evaluations": evaluations(setting, step0),
+                     "argv": [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv]})
     responses = setting.steps * setting.prompts_per_step * setting.samples_per_prompt
     # a method that samples adaptively is counted at its budget per prompt: an upper bound
     budgets = {m: b for m in methods if (b := sampling_budget(m, setting.extra)) is not None}
@@ -897,6 +922,14 @@ def _unlike_run(out: Path, infos: List[dict], key: str, differ) -> Optional[tupl
 def check_same_environment(out: Path, infos: List[dict]) -> None:
     """Refuses a report that would pair runs made on other versions of the `PACKAGES` (done.json's ``environment``),
     naming the package and the two runs."""
+    recorded = [i for i in infos if i.get("environment")]
+    if recorded and len(recorded) < len(infos):
+        # a run that recorded none was made before versions were recorded: on which, nothing says
+        unrecorded = next(i for i in infos if not i.get("environment"))
+        names = [run_dir(out, i["method"], i["seed"]).name for i in (unrecorded, recorded[0])]
+        raise SystemExit(f"{out}: {names[0]} recorded no package versions (made before runs recorded them), "
+                         f"{names[1]} did: the same seeds draw other responses on another version, so they cannot "
+                         "be paired; report them from separate --out folders, or rerun the first in this environment")
     unlike = _unlike_run(out, infos, "environment", environment_differs)
     if unlike:
         other, first, (name, theirs, ours) = unlike
@@ -915,11 +948,22 @@ def check_same_settings(out: Path, infos: List[dict]) -> Optional[dict]:
     return next((i["settings"] for i in infos if i.get("settings")), None)
 
 
-def _summary(runs: List[dict], method: str, baseline: str, point, targets: Sequence[float]) -> dict:
-    """A method's final greedy accuracy (mean, SE over seeds) and its paired difference from the baseline, from
-    ``point(run)``: the final evaluation point of a run, pooled or of one source (None where it has none)."""
-    final = {(r["method"], r["seed"]): point(r) for r in runs if point(r) and point(r)["outcomes"]}
-    mine = [point(r) for r in runs if r["method"] == method and point(r)]
+def final_point(run: dict, source: Optional[str] = None) -> Optional[dict]:
+    """A run's last evaluation (greedy accuracy, its SE, the per-prompt verdicts: `read_run`), pooled over every
+    held-out source when ``source`` is None, else of that source alone; None where the run made no evaluation, or
+    none of that source."""
+    if not run["evals"]:
+        return None
+    last = run["evals"][-1]
+    return last if source is None else last["sources"].get(source)
+
+
+def _summary(runs: List[dict], method: str, baseline: str, source: Optional[str], targets: Sequence[float]) -> dict:
+    """A method's final greedy accuracy (mean, SE over seeds) and its paired difference from the baseline, at each
+    run's `final_point`: pooled over the held-out sources (``source`` None), or of one source."""
+    points = [(r, final_point(r, source)) for r in runs]
+    final = {(r["method"], r["seed"]): p for r, p in points if p and p["outcomes"]}
+    mine = [p for r, p in points if r["method"] == method and p]
     return {"final": mean_se([p["greedy"] for p in mine]),
             "minus_baseline": paired_over_seeds(final, method, baseline, targets) if method != baseline else None,
             "prompts": len(mine[0]["outcomes"]) if mine and mine[0]["outcomes"] else None}
@@ -957,10 +1001,8 @@ def report(out: Path, infos: List[dict], baseline: str = BASELINE, samples_per_p
         mine = [r for r in runs if r["method"] == method and r["evals"]]
         table[method] = {
             "seeds": sorted(r["seed"] for r in mine),
-            **_summary(runs, method, baseline, lambda r: r["evals"][-1] if r["evals"] else None, targets),
-            "sources": {s: _summary(runs, method, baseline,
-                                    lambda r, s=s: r["evals"][-1]["sources"].get(s) if r["evals"] else None, targets)
-                        for s in sources},
+            **_summary(runs, method, baseline, None, targets),
+            "sources": {s: _summary(runs, method, baseline, s, targets) for s in sources},
             "first_step": {k: mean_se([r["first_step"].get(k) if r["first_step"].get(k) is not None else float("nan")
                                        for r in mine])[0] for k in FIRST_STEP_KEYS},
             "machine_hours": sum(r["wall_seconds"] for r in mine) / 3600,

@@ -6,13 +6,15 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-import torch
-
-# Nothing the tests read comes from the Hugging Face hub (their models are folders, built offline). Offline, a model
-# name that is not a folder (copo_argv's "unused") fails at once: online without a network, huggingface_hub retried it
-# for 23 s, twice per run's settings (46 s per test of test_which_patches_a_run_gets). Set before anything imports it.
+# Nothing here may come from the hub, and this machine cannot reach it: a lookup of a model name that is no folder
+# (the driver reads the actor tokenizer's stop tokens; tests pass names like "unused") otherwise waits out the hub
+# client's retries, 46 s a call (each case of test_which_patches_a_run_gets: 335 s -> 10 s for its 7 cases). Set
+# before anything imports huggingface_hub, which reads it once.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).parent))  # `tests_support`: helpers shared by the tests
 
 import quick_tier  # noqa: E402

@@ -44,6 +44,12 @@ def test_each_run_is_the_method_the_paired_flags_the_setting_then_the_users_flag
     assert a.ckpt.save_steps == 10 and a.ckpt.load_enable and Path(a.ckpt.output_dir).parent.name == "scratch"
     later = load_args(compare.run_argv(s, "dapo", 3, tmp_path / "dapo-seed3", tmp_path / "train.jsonl", step0=False))
     assert not later.copo.eval_before_train  # the seed's step-0 evaluation is made once
+    # given after --, the step-0 flag is still the seed's first run's alone, and given once
+    s.extra.append("--copo.eval_before_train")
+    first = compare.run_argv(s, "grpo", 3, tmp_path / "grpo-seed3", tmp_path / "train.jsonl", step0=True)
+    assert first.count("--copo.eval_before_train") == 1
+    assert "--copo.eval_before_train" not in compare.run_argv(s, "dapo", 3, tmp_path / "dapo-seed3",
+                                                              tmp_path / "train.jsonl", step0=False)
     assert later.algo.advantage.estimator == "group_norm" and later.copo.same_pipeline
 
 
@@ -107,6 +113,17 @@ def test_the_issues_numbers_every_prompt_of_dapo_math_17k_is_drawn(tmp_path, ste
     drawn = [json.loads(x)["prompt"] for x in cut.read_text().splitlines()]
     assert len(drawn) == steps * 512 and len(set(drawn)) == 17_398 and episodes == 1
     assert max(collections.Counter(drawn).values()) == 2
+
+
+@pytest.mark.parametrize("rows, per_step, steps, passes", [
+    (17_398, 512, 33, 1), (17_398, 512, 35, None), (17_398, 512, 60, None), (17_398, 512, 61, None),
+    (17_408, 512, 34, 1), (17_408, 512, 68, 2), (17_408, 512, 102, 3), (17_408, 512, 35, None),
+    (10, 5, 4, 2), (10, 5, 3, None), (10, 2, 15, 3), (10, 4, 2, 1), (10, 3, 6, None)])
+def test_whole_passes_are_whole_steps_that_fill_the_run(rows, per_step, steps, passes):
+    """Worked by hand: 33 x 512 = 16,896 fit in DAPO-Math-17k's 17,398 prompts, one pass; 17,398 is no multiple of
+    512, so from 34 steps on no pass is whole steps. 17,408 = 34 x 512: 68 steps are 2 passes, 102 are 3, 35 are no
+    whole number of them. 10 prompts of 5 a step: a pass is 2 steps, so 4 steps are 2 passes and 3 steps none."""
+    assert compare.whole_passes(steps, per_step, rows) == passes
 
 
 def test_a_rerun_with_other_training_data_gets_its_rows_not_a_stale_cut(tmp_path):
@@ -219,14 +236,15 @@ def test_the_cli_refuses_a_comparison_without_the_baseline(tmp_path, capsys):
 
 def write_sources_run(out: Path, method: str, seed: int, outcomes: dict, settings: dict = None) -> dict:
     """A finished run whose final evaluation has one greedy evaluation per data source, as OpenRLHF logs a held-out
-    file that mixes `datasource`s (eval_<source>_greedy and its per-prompt outcomes)."""
+    file that mixes `datasource`s (eval_<source>_greedy and its per-prompt outcomes), made in this environment."""
     d = compare.run_dir(out, method, seed)
     d.mkdir(parents=True)
     row = {"step": 1, "eval": 1}
     for source, o in outcomes.items():
         row.update({f"eval_{source}_greedy": o.count("1") / len(o), f"eval_{source}_greedy_outcomes": o})
     (d / "metrics.jsonl").write_text(json.dumps({"step": 1, "copo_zero_std": 0.5}) + "\n" + json.dumps(row) + "\n")
-    info = {"method": method, "seed": seed, "wall_seconds": 60.0, **({"settings": settings} if settings else {})}
+    info = {"method": method, "seed": seed, "wall_seconds": 60.0, **({"settings": settings} if settings else {}),
+            "environment": compare.environment()}
     (d / "done.json").write_text(json.dumps(info))
     return info
 

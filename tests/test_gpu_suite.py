@@ -38,6 +38,29 @@ def test_the_bundle_carries_requirements_transformers_and_never_torch(tmp_path):
                                                 "openrlhf==0.11.2", "deepspeed==0.19.6"]
 
 
+def test_the_bundle_carries_what_the_pinned_transformers_bounds_from_above(tmp_path):
+    """transformers 5.15.0 requires tokenizers<=0.23.0; the H200 node had tokenizers 0.23.2, so the pinned transformers
+    refused to import there (2026-11-27). What transformers bounds from above travels with it, whatever the node has;
+    what it bounds from below only (numpy) stays the node's, and torch never travels."""
+    sys.path.insert(0, str(GPU))
+    try:
+        import bundle_needs
+    finally:
+        sys.path.remove(str(GPU))
+    requires = ["huggingface-hub<2.0,>=1.5.0", "numpy>=1.17", "tokenizers<=0.23.0,>=0.22.0", "safetensors>=0.8.0",
+                "torch<3; extra == 'torch'", "accelerate==1.0; extra == 'accelerate'"]
+    report = {"install": [{"metadata": {"name": n, "version": v, **({"requires_dist": requires} if n == "transformers"
+                                                                     else {})}}
+                          for n, v in [("transformers", "5.15.0"), ("tokenizers", "0.23.0"),
+                                       ("huggingface_hub", "1.6.0"), ("numpy", "2.3.0"), ("safetensors", "0.8.1"),
+                                       ("ray", "2.55.0")]]}
+    have = bundle_needs.node_has(["tokenizers==0.23.2", "huggingface-hub==1.9.0", "numpy==2.4.0", "safetensors==0.9",
+                                  "transformers==5.17.0"])
+    assert bundle_needs.bounded_by_always(report) == {"tokenizers", "huggingface-hub"}
+    assert bundle_needs.needs(report, have) == ["transformers==5.15.0", "tokenizers==0.23.0", "huggingface_hub==1.6.0",
+                                                "ray==2.55.0", "openrlhf==0.11.2", "deepspeed==0.19.6"]
+
+
 def test_build_bundle_resolves_requirements_transformers_pin():
     text = (GPU / "build_bundle.sh").read_text()
     assert "TRANSFORMERS_PIN=$(grep -E '^transformers==' requirements.txt)" in text

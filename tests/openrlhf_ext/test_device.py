@@ -75,7 +75,8 @@ def test_a_cuda_less_driver_told_cuda_does_not_take_the_cpu_path(load_args, monk
     monkeypatch.setattr(cpu, "prepare_driver", never)
     args = load_args(copo_argv("--copo.device", "cuda", "--vllm.sync_backend", "nccl"))
     capsys.readouterr()  # what parsing printed (the blending regime): the device decision's line is what follows
-    decision = driver.apply_device(args)
+    decision = driver.decide_device(args)
+    driver.install_cpu_path(args)  # on CUDA: nothing
     assert decision.device == "cuda" and args.copo.device == "cuda"
     assert capsys.readouterr().err.strip() == "openrlhf_copo: the actors run on CUDA: --copo.device cuda"
     kwargs = driver.ray_init_kwargs(args, {"runtime_env": {"env_vars": {"NCCL_DEBUG": "WARN"}}})
@@ -140,8 +141,7 @@ def test_auto_finds_a_ray_start_cluster_of_this_machine_as_ray_does(load_args, m
             decision = driver.decide_device(args)
             assert decision.device == expected and f"the Ray cluster at {address}" in decision.reason
             assert reason in decision.reason, decision.reason
-            if expected == "cpu":
-                args.copo.device = "cpu"
+            if expected == "cpu":  # the decision is in args.copo.device
                 assert "address" not in cpu.ray_init_kwargs(args, {})  # joins the cluster it asked
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -154,26 +154,24 @@ def test_auto_follows_the_cluster_and_every_cpu_refusal_follows_the_decision(loa
     monkeypatch.setattr(device, "cluster_slots", declared(8))
     monkeypatch.setattr(cpu, "install", never)
     args = load_args(copo_argv("--vllm.sync_backend", "nccl"))
-    assert driver.apply_device(args).device == "cuda" and args.copo.device == "cuda"
+    assert driver.decide_device(args).device == "cuda" and args.copo.device == "cuda"
     with pytest.raises(driver.DriverError, match=r"the actors run on CUDA \(--copo.device auto: the Ray cluster .*"
                                                  r"\), where --ds.param_dtype fp32 is the CPU path's"):
-        driver.apply_device(load_args(copo_argv(*CPU_OK, "--ds.param_dtype", "fp32")))
+        driver.decide_device(load_args(copo_argv(*CPU_OK, "--ds.param_dtype", "fp32")))
     # every slot marked logical: the CPU path, whose refusals name the decision
     monkeypatch.setattr(device, "cluster_slots", declared(4, 4))
     with pytest.raises(driver.DriverError, match=r"the actors run on the CPU path \(--copo.device auto: .* no CUDA "
                                                  r"behind them.*\), where --vllm.sync_backend nccl: NCCL needs CUDA"):
-        driver.apply_device(load_args(copo_argv("--vllm.sync_backend", "nccl")))
+        driver.decide_device(load_args(copo_argv("--vllm.sync_backend", "nccl")))
     assert "the actors run on the CPU path" in capsys.readouterr().err
 
 
 def test_the_cpu_decision_exports_the_cpu_path_to_the_workers(load_args, monkeypatch):
     """On the CPU path the workers learn it from the runtime env, and a cluster being joined keeps its address."""
-    monkeypatch.setattr(cpu, "install", lambda: None)
-    monkeypatch.setattr(cpu, "prepare_driver", lambda: None)
     monkeypatch.setenv("RAY_ADDRESS", ADDRESS)
     monkeypatch.setattr(device, "cluster_slots", declared(4, 4))
     args = load_args(copo_argv(*CPU_OK))
-    assert driver.apply_device(args).device == "cpu"
+    assert driver.decide_device(args).device == "cpu"
     kwargs = driver.ray_init_kwargs(args, {})
     assert kwargs["runtime_env"]["env_vars"][CPU_ENV] == "1" and "address" not in kwargs
 

@@ -39,7 +39,7 @@ def test_this_environment_has_the_stand_in():
 def test_a_run_that_needs_the_kernels_is_refused_in_one_line_naming_the_flag(load_args, on_cuda, extra, flag):
     args = load_args(copo_argv(*CUDA, *extra))
     with pytest.raises(driver.DriverError) as e:
-        driver.apply_device(args)
+        driver.decide_device(args)
     message = str(e.value)
     assert "\n" not in message
     assert message.startswith(f"the actors run on CUDA (--copo.device cuda), where {flag} needs flash-attn's compiled "
@@ -49,7 +49,7 @@ def test_a_run_that_needs_the_kernels_is_refused_in_one_line_naming_the_flag(loa
 
 def test_a_run_without_them_goes_on(load_args, on_cuda):
     args = load_args(copo_argv(*CUDA))  # copo_argv: --ds.attn_implementation sdpa, no packing
-    assert driver.apply_device(args).device == "cuda" and args.copo.device == "cuda"
+    assert driver.decide_device(args).device == "cuda" and args.copo.device == "cuda"
 
 
 @pytest.mark.parametrize("implementation", ["flash_attention_3", "flash_attention_4", "kernels-community/vllm-flash-attn3",
@@ -60,7 +60,7 @@ def test_an_attention_that_does_not_use_flash_attn_2_goes_on_with_the_stand_in(l
     `kernels` package. The stand-in stands in the way of none of them."""
     args = load_args(copo_argv(*CUDA, "--ds.attn_implementation", implementation))
     assert kernels.flash_attn_is_stand_in()
-    assert driver.apply_device(args).device == "cuda"
+    assert driver.decide_device(args).device == "cuda"
 
 
 def test_flash_attn_2_is_what_transformers_imports_flash_attn_for():
@@ -81,7 +81,7 @@ def test_with_a_real_flash_attn_packing_is_accepted(load_args, on_cuda, monkeypa
     args = load_args(copo_argv(*CUDA, "--ds.packing_samples"))
     monkeypatch.setitem(sys.modules, "flash_attn", types.ModuleType("flash_attn"))  # no stand-in mark
     assert not kernels.flash_attn_is_stand_in()
-    assert driver.apply_device(args).device == "cuda"
+    assert driver.decide_device(args).device == "cuda"
     monkeypatch.setitem(sys.modules, "flash_attn", None)  # not installed at all: not the stand-in either
     assert not kernels.flash_attn_is_stand_in()
 
