@@ -202,7 +202,8 @@ REGIME_RUNS = {"mixed": (REPO / "benchmarks" / "results" / "learning_curve", 4, 
 #: The README's copy of the which-method-when table sits between these lines; `report` rewrites it.
 README, README_MARKERS = REPO / "README.md", ("<!-- which-method-when -->", "<!-- /which-method-when -->")
 #: The rows of the "which method when" table, in order.
-TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked", "reinforce_ada"]
+TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked", "reinforce_ada",
+                 "reinforce_ada_copo"]
 #: The method a row stands for at another G: COPO-Selective at the rho that keeps every mixed split local is rho 0.4
 #: at G = 6 and 0.5 at G = 4 (`compare.rho_keeping_every_split`).
 AT_G = {("copo_selective_rho04", 4): "copo_selective_rho05"}

@@ -84,6 +84,8 @@ METHODS: Dict[str, List[str]] = {
     # Reinforce-Ada: more sampling rounds for unresolved prompts, G kept balanced, the pool's baseline; its defaults
     # (balanced exit, rounds of 8, 32 responses per prompt at most, no std division) and its script's clip-higher
     "reinforce_ada": ["--advantage_estimator", "reinforce_ada", "--actor.eps_clip_low_high", "0.2", "0.28"],
+    # the same with COPO's global term of the pools' success rates, blended as mode copo blends (issue 52, part 4)
+    "reinforce_ada_copo": ["--advantage_estimator", "reinforce_ada_copo", "--actor.eps_clip_low_high", "0.2", "0.28"],
     # the authors' released COPO (their run_copo.sh: soft-with-zero, gamma 5, rho 1, their conventions)
     "copo_released": ["--advantage_estimator", "copo", "--copo.gamma", "5", "--copo.rho", "1", "--copo.zero_control",
                       "response", "--copo.incorrect", "reward", "--copo.std", "unbiased", "--copo.answer_buckets",

@@ -30,7 +30,7 @@ The registry below also holds every switch of the authors' released code (docs/p
 paper: NGRPO (``ngrpo``), RL-ZVP (``rl_zvp``) and Dr. GRPO (``dr_grpo``); and Reinforce-Ada (``reinforce_ada``), which
 answers them by sampling more: its exit rules, its choice of the G kept and its pool baseline are here
 (`ada_resolved`, `ada_select`, `ada_pool_baseline`), its extra generation rounds in
-`openrlhf_ext.runtime_patches.adaptive_sampling`.
+`openrlhf_ext.runtime_patches.adaptive_sampling`; ``reinforce_ada_copo`` adds COPO's global term to it.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ __all__ = [
     "ada_select",
     "ada_pool_baseline",
     "ada_local_advantage",
+    "ada_prompt_reward",
 ]
 
 #: Where the modes that read it (``copo``, ``go_selective``) set w_local = 0 (see `zero_controlled`).
@@ -242,7 +243,9 @@ class Mode:
     coefficient and the policy's token entropy (RL-ZVP), computed in the loss; ``clip``: the (low, high) PPO clip
     range of the mode's paper, which the start-up warns about when the run's differs; ``adaptive_sampling``: the
     rollout draws more responses for unresolved prompts and keeps G of each pool (Reinforce-Ada: patch 11), and the
-    advantage reads the pool's statistics (`WeightInputs.pool_correct`, ``pool_size``)."""
+    advantage reads the pool's statistics (`WeightInputs.pool_correct`, ``pool_size``); ``global_std``: the global
+    term's std where the mode takes it from another paper than its local term's (``--copo.std`` then sets the local
+    term's alone); ``prompt_reward(x)``: the mode's own R(q) [B] in place of mean_G r (eq. g_r)."""
 
     name: str
     weights: Callable[[WeightInputs], Tuple[torch.Tensor, torch.Tensor]]
@@ -256,6 +259,8 @@ class Mode:
     token_advantage: Optional[Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = None
     clip: Optional[Tuple[float, float]] = None
     adaptive_sampling: bool = False
+    global_std: Optional[str] = None
+    prompt_reward: Optional[Callable[[WeightInputs], torch.Tensor]] = None
 
 
 _MODES: Dict[str, Mode] = {}
@@ -502,6 +507,15 @@ def ada_pool_baseline(pool_correct: torch.Tensor, pool_size: torch.Tensor, std: 
     return mean.to(torch.float32), sd.to(torch.float32)
 
 
+def ada_pool(x: WeightInputs) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(pool_correct, pool_size) [B] of a mode that samples adaptively; refused when the rollout did not count them."""
+    if x.pool_correct is None or x.pool_size is None:
+        raise ValueError("a mode that samples adaptively (reinforce_ada, reinforce_ada_copo) needs each prompt's pool "
+                         "statistics (pool_correct, pool_size): the adaptive sampling patch (11) did not run in the "
+                         "rollout")
+    return x.pool_correct, x.pool_size
+
+
 def ada_local_advantage(x: WeightInputs) -> torch.Tensor:
     """Reinforce-Ada's advantage of the G responses kept from each pool (official code, `compute_grpo_outcome_advantage`
     under ``global_stat_est``):
@@ -513,10 +527,7 @@ def ada_local_advantage(x: WeightInputs) -> torch.Tensor:
     one correct response kept from a pool of 1 correct in 32 gets 31/32 (GRPO without std on the kept 1 + 3: 0.75).
     The mean is over correctness (1 above ``--copo.ada_threshold``), the difference over the reward, as in
     the official code."""
-    if x.pool_correct is None or x.pool_size is None:
-        raise ValueError("mode reinforce_ada needs each prompt's pool statistics (pool_correct, pool_size): the "
-                         "adaptive sampling patch (11) did not run in the rollout")
-    mean, sd = ada_pool_baseline(x.pool_correct, x.pool_size, std=x.std, eps=x.eps)
+    mean, sd = ada_pool_baseline(*ada_pool(x), std=x.std, eps=x.eps)
     centred = x.rewards - mean.unsqueeze(1)
     return centred if x.std == "none" else centred / (sd.unsqueeze(1) + x.eps)
 
@@ -529,15 +540,51 @@ def reinforce_ada_weights(x: WeightInputs):
     return grpo_weights(x)
 
 
-def reward_coef_prompt_reward(rewards: torch.Tensor, entropy: torch.Tensor, base: float) -> torch.Tensor:
+def ada_prompt_reward(x: WeightInputs) -> torch.Tensor:
+    """R(q) [B] = p, the share of correct responses in the prompt's whole pool (the mean of `ada_pool_baseline`).
+
+    Why not mean_G r over the G kept: `ada_select` balances them, so every prompt that met the balanced exit keeps
+    floor(G/2) correct responses and its kept mean is 1/2 whatever its success rate; a global advantage of that would
+    only tell resolved prompts from unresolved ones. The pool is every response drawn for the prompt, the estimate
+    of its success rate that Reinforce-Ada's own baseline uses."""
+    return ada_pool_baseline(*ada_pool(x))[0]
+
+
+@register_mode("reinforce_ada_copo", blended=True, zero_control=True, std="none", global_std="population",
+               local_advantage=ada_local_advantage, prompt_reward=ada_prompt_reward, clip=(0.2, 0.28),
+               adaptive_sampling=True)
+def reinforce_ada_copo_weights(x: WeightInputs):
+    """Reinforce-Ada with COPO's global term (issue 52, part 4): the two address collapsed groups from two sides,
+    Reinforce-Ada by sampling until a group has both kinds, COPO by a batch-level term that trains the groups that
+    stayed collapsed. Reinforce-Ada's rounds, its G kept and its clip-higher [0.8, 1.28]; COPO's blend and zero
+    control (`copo_weights`, ``--copo.zero_control prompt`` by default). With p_b the share of correct responses in
+    prompt b's pool:
+
+        A_local[b, i] = r[b, i] - p_b                              (`ada_local_advantage`: their script, no std)
+        A_global[b]   = (p_b - mean_B p) / (std_B p + eps)         (eq. global_adv with R(q) = p_b: `ada_prompt_reward`;
+                                                                    std_B the population std, the COPO paper's)
+        w_local       = sigmoid(gamma (H - rho)), 0 where zero control applies;  w_global = 1 - w_local   (mode copo)
+
+    Each term keeps its own paper's std: Reinforce-Ada's script divides by none (``norm_adv_by_std_in_grpo=False``),
+    COPO's appendix by the population std across the batch. ``--copo.std`` sets the local term's (``unbiased``: the
+    official code's std-normalized variant), the global term's stays the population std (`Mode.global_std`).
+    H is the consistency entropy of the G kept (the pool's other answers do not reach the advantage step), so the
+    blend sees the balanced group: at G = 6 a kept 3 + 3 split (one wrong answer repeated) has H = 1 bit and, at
+    gamma 20 and rho 1.5, w_local 4.5e-5, the global term alone, as mode ``copo`` gives such a group."""
+    return copo_weights(x)
+
+
+def reward_coef_prompt_reward(rewards: torch.Tensor, entropy: torch.Tensor, base: float,
+                              mean: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The released code's `reward_coef`: R(q) = mean_G r * (1 - lambda H(q)), lambda = (1 - 1/G) / log2 G.
 
     With H in bits, lambda H runs from 0 (one answer) to 1 - 1/G (G different answers), so a consistent
     prompt keeps its whole mean reward and a scattered one keeps 1/G of it. H / log_base(G) is the same in
-    every base, so ``base`` (the entropy's) only converts."""
+    every base, so ``base`` (the entropy's) only converts. ``mean`` [B] replaces mean_G r where the mode defines R(q)
+    otherwise (`Mode.prompt_reward`)."""
     G = rewards.shape[1]
     spread = entropy.to(torch.float32) / math.log(G, base) if G > 1 else torch.zeros_like(entropy)
-    return rewards.mean(dim=1) * (1.0 - (1.0 - 1.0 / G) * spread)
+    return (rewards.mean(dim=1) if mean is None else mean) * (1.0 - (1.0 - 1.0 / G) * spread)
 
 
 def copo_advantages(
@@ -567,18 +614,21 @@ def copo_advantages(
             (e.g. the 0 / 0.1 / 1 format reward, where 0.1 is formatted but wrong).
         mode: a registered mode (`modes()`; each one's docstring says what it does): ``copo`` (the paper),
             ``grpo`` (the local term alone), the ablations of Table 3, the released code's variants, the
-            zero-variance peers (``ngrpo``, ``rl_zvp``, ``dr_grpo``).
+            zero-variance peers (``ngrpo``, ``rl_zvp``, ``dr_grpo``), Reinforce-Ada (``reinforce_ada``) and it with
+            COPO's global term (``reinforce_ada_copo``).
         gamma, rho: sharpness and centre of the sigmoid (paper's best: 20, 1.5).
         zero_control: for modes that read it (``mode_info(mode).zero_control``): ``prompt`` (paper),
             ``response`` and ``uniform`` (released code), ``none`` (see `zero_controlled`).
         std: ``population`` (paper's worked example), ``unbiased`` (released code), ``none`` (no division);
-            default: the mode's own (``mode_info(mode).std``).
+            default: the mode's own (``mode_info(mode).std``). A mode with a ``global_std`` of its own
+            (``reinforce_ada_copo``) divides its global term by that one.
         eps: added to the std in both advantages.
         entropy_base: log base of the consistency entropy (2 reproduces the appendix).
         global_coef: kappa, multiplies w_global (the released code's ``global_loss_coef``).
         reward_coef: R(q) = mean_G r (1 - lambda H) in the global advantage (the released code's ``reward_coef_flg``).
         zvp_alpha: RL-ZVP's alpha (mode ``rl_zvp``).
-        pool_correct, pool_size: [B], correct and drawn responses in each prompt's pool (mode ``reinforce_ada``).
+        pool_correct, pool_size: [B], correct and drawn responses in each prompt's pool (the modes that sample
+            adaptively: ``reinforce_ada``, ``reinforce_ada_copo``).
 
     Returns:
         A `CopoAdvantages`; the loss is
@@ -616,9 +666,11 @@ def copo_advantages(
                      pool_correct, pool_size)
 
     local_adv = info.local_advantage(x) if info.local_advantage else local_advantage(rewards, std=std, eps=eps)
-    prompt_reward = reward_coef_prompt_reward(rewards, entropy, entropy_base) if reward_coef else rewards.mean(dim=1)
+    mean_reward = info.prompt_reward(x) if info.prompt_reward else rewards.mean(dim=1)
+    prompt_reward = (reward_coef_prompt_reward(rewards, entropy, entropy_base, mean=mean_reward) if reward_coef
+                     else mean_reward)
     global_adv = (info.global_advantage(x) if info.global_advantage
-                  else global_advantage(rewards, std=std, eps=eps, prompt_reward=prompt_reward))
+                  else global_advantage(rewards, std=info.global_std or std, eps=eps, prompt_reward=prompt_reward))
     w_local, w_global = info.weights(x)
 
     out = CopoAdvantages(

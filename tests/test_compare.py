@@ -24,6 +24,27 @@ def test_the_rho_that_keeps_every_mixed_split():
     assert min(mixed) > 0.99
 
 
+def test_each_method_of_a_published_clip_runs_at_it_and_the_adaptive_ones_at_their_budget(load_args, tmp_path):
+    """A method whose mode carries its paper's clip range (`core.Mode.clip`) runs at that range, so its start-up warns
+    of nothing; the combination of Reinforce-Ada with COPO's global term (issue 52, part 4) is one of them, and the
+    plan counts it at Reinforce-Ada's budget."""
+    from openrlhf_copo.core import mode_info
+    from openrlhf_copo.openrlhf_ext.config import copo_warnings, is_copo, resolve_mode
+
+    assert compare.METHODS["reinforce_ada_copo"][:2] == ["--advantage_estimator", "reinforce_ada_copo"]
+    s = setting(tmp_path, samples_per_prompt=6, prompts_per_step=6, steps=2)
+    published = []
+    for method in compare.METHODS:
+        a = load_args(compare.run_argv(s, method, 0, tmp_path / method, tmp_path / "train.jsonl", step0=False))
+        info = mode_info(resolve_mode(a)) if is_copo(a) else None
+        if info is not None and info.clip is not None:
+            published.append(method)
+            assert tuple(a.actor.eps_clip_low_high) == info.clip, method
+            assert not [w for w in copo_warnings(a) if "clips the ratio" in w], method
+    assert {"ngrpo", "rl_zvp", "reinforce_ada", "reinforce_ada_copo"} <= set(published)
+    assert compare.sampling_budget("reinforce_ada_copo", []) == 32
+
+
 def setting(tmp_path, **kw):
     return compare.Setting(model="base-model", train=tmp_path / "train.jsonl", test=tmp_path / "test.jsonl", **kw)
 

@@ -93,12 +93,15 @@ def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased
 
     if mode == "ngrpo":  # one virtual response of reward 1 in every group's mean and std, not trained on
         local = [ref_norm(row + [1.0], unbiased, eps)[:G] for row in rewards]
-    elif mode == "reinforce_ada":  # the pool's mean (and std, clamped at eps) of its 0/1 correctness, as their code
+    elif mode in ("reinforce_ada", "reinforce_ada_copo"):  # the pool's mean (and std, clamped at eps) of its 0/1
+        # correctness, as their code
         local = [[(r - sum(pool) / len(pool)) / (max(ref_std(pool, unbiased), eps) + eps) for r in row]
                  for row, pool in zip(rewards, pools)]
     else:
         local = [norm(row) for row in rewards]
     glob = [[v] * G for v in norm([sum(row) / G for row in rewards])]
+    if mode == "reinforce_ada_copo":  # COPO's global term of the pools' success rates, always the population std
+        glob = [[v] * G for v in ref_norm([sum(pool) / len(pool) for pool in pools], False, eps)]
     wl, wg = [], []
     for b in range(B):
         h = ref_entropy(answers[b])
@@ -122,7 +125,7 @@ def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased
                 l, g = (0.0, 1.0) if flat else (1.0, 0.0)
             elif mode == "copo_selective":
                 l, g = (0.0, 0.0) if none_right else (soft, 1 - soft)
-            elif mode == "copo":
+            elif mode in ("copo", "reinforce_ada_copo"):
                 l = 0.0 if zero else soft
                 g = 1 - l
             elif mode == "rl_zvp":
@@ -480,3 +483,57 @@ def test_reinforce_ada_advantage_uses_the_pool_not_the_kept_group():
     assert out.local_adv[1:3].eq(0).all()  # flat pools: exactly 0, not 0 / eps noise
     with pytest.raises(ValueError, match="needs each prompt's pool statistics"):
         copo_advantages(rewards, ids, mode="reinforce_ada")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reinforce-Ada with COPO's global term (issue 52, part 4).
+
+ADA_COPO_REWARDS = torch.tensor([[0.0] * 4, [1.0] * 4, [1.0, 1, 0, 0]])
+ADA_COPO_ANSWERS = torch.tensor([[1] * 4, [5] * 4, [4, 4, 2, 3]])
+#: all incorrect of 32 drawn (never resolved), all correct of 12 (never resolved), 4 correct of 16 (resolved)
+ADA_COPO_POOLS = {"pool_correct": torch.tensor([0, 12, 4]), "pool_size": torch.tensor([32, 12, 16])}
+
+
+def test_reinforce_ada_copo_by_hand():
+    """B = 3 prompts, G = 4, the paper's gamma 20, rho 1.5, zero control `prompt`:
+
+    pool rates p = [0/32, 12/12, 4/16] = [0, 1, 0.25]
+    local, r - p (no std):   [0, 0, 0, 0], [0, 0, 0, 0], [1 - 0.25, 0.75, 0 - 0.25, -0.25]
+    global, R(q) = p:        mean 1.25 / 3 = 0.41667; deviations -0.41667, 0.58333, -0.16667;
+                             population var 0.54167 / 3 = 0.18056, std 0.42492
+                             -> [-0.98058, 1.37281, -0.39223]   (Bessel's std 0.52042 would give -0.80064, ...;
+                             the kept groups' means [0, 1, 0.5] would give [-1.22474, 1.22474, 0])
+    H (bits):                0 (one answer), 0 (one answer), 2/4 log2 2 + 2 x 1/4 log2 4 = 1.5 ([4, 4, 2, 3])
+    w_local:                 0 (all incorrect: zero control), sigmoid(20 (0 - 1.5)) = 9.4e-14, sigmoid(0) = 0.5
+    w_global = 1 - w_local:  1, 1 - 9.4e-14, 0.5"""
+    out = copo_advantages(ADA_COPO_REWARDS, ADA_COPO_ANSWERS, mode="reinforce_ada_copo", **ADA_COPO_POOLS)
+    close(out.local_adv, [[0.0] * 4, [0.0] * 4, [0.75, 0.75, -0.25, -0.25]], 1e-6)
+    close(out.global_adv, [[-0.98058] * 4, [1.37281] * 4, [-0.39223] * 4], 1e-5)
+    close(out.w_local, [[0.0] * 4, [9.3576e-14] * 4, [0.5] * 4], 1e-6)
+    close(out.w_global, [[1.0] * 4, [1.0] * 4, [0.5] * 4], 1e-6)
+    assert out.w_local[1, 0].item() == pytest.approx(1 / (1 + math.exp(30)), rel=1e-4)
+    assert out.prompt_reward.tolist() == pytest.approx([0.0, 1.0, 0.25])  # logged as copo_prompt_reward_mean
+    # --copo.std reaches the local term alone: the official code's std-normalized variant there, the same global term
+    unbiased = copo_advantages(ADA_COPO_REWARDS, ADA_COPO_ANSWERS, mode="reinforce_ada_copo", std="unbiased",
+                               **ADA_COPO_POOLS)
+    sd = math.sqrt(16 * 0.25 * 0.75 / 15)
+    close(unbiased.local_adv[2], [0.75 / sd, 0.75 / sd, -0.25 / sd, -0.25 / sd], 1e-5)
+    assert torch.equal(unbiased.global_adv, out.global_adv)
+    with pytest.raises(ValueError, match="needs each prompt's pool statistics"):
+        copo_advantages(ADA_COPO_REWARDS, ADA_COPO_ANSWERS, mode="reinforce_ada_copo")
+
+
+def test_reinforce_ada_copo_is_reinforce_ada_without_its_global_weight_and_copos_global_term_with_it():
+    """rho -10 puts every w_local at 1 (no zero control): the step is Reinforce-Ada's, term for term. With pools of
+    the kept G alone (pool rate = kept mean) the global term and both weights are mode copo's at the population std."""
+    ada = copo_advantages(ADA_COPO_REWARDS, ADA_COPO_ANSWERS, mode="reinforce_ada", **ADA_COPO_POOLS)
+    local_only = copo_advantages(ADA_COPO_REWARDS, ADA_COPO_ANSWERS, mode="reinforce_ada_copo", rho=-10.0,
+                                 zero_control="none", **ADA_COPO_POOLS)
+    assert torch.equal(local_only.weighted_local, ada.weighted_local) and (local_only.weighted_global == 0).all()
+    kept = {"pool_correct": ADA_COPO_REWARDS.sum(dim=1), "pool_size": torch.full((3,), 4)}
+    both = copo_advantages(ADA_COPO_REWARDS, ADA_COPO_ANSWERS, mode="reinforce_ada_copo", **kept)
+    copo = copo_advantages(ADA_COPO_REWARDS, ADA_COPO_ANSWERS, mode="copo", std="population")
+    for field in ("global_adv", "w_local", "w_global", "entropy", "prompt_reward"):
+        torch.testing.assert_close(getattr(both, field), getattr(copo, field), atol=1e-6, rtol=0)
+    close(both.local_adv, [[0.0] * 4, [0.0] * 4, [0.5, 0.5, -0.5, -0.5]], 1e-6)  # r - 1/2, copo's: +-1
+    assert mode_info("reinforce_ada_copo").adaptive_sampling and mode_info("reinforce_ada_copo").clip == (0.2, 0.28)

@@ -86,7 +86,8 @@ class CopoSettings:
         help="std in both advantages: population (the COPO paper's worked example), unbiased (the "
              "released code, NGRPO, RL-ZVP), none (no division: Dr. GRPO, the released "
              "norm_adv_by_std_in_grpo=False); unset (None): the mode's own (population for COPO and"
-             " its ablations, unbiased for ngrpo and rl_zvp, none for dr_grpo)")
+             " its ablations, unbiased for ngrpo and rl_zvp, none for dr_grpo and reinforce_ada); "
+             "reinforce_ada_copo: its local term's (none), its global term keeps the population std")
     eps: float = _setting(
         DEFAULTS.eps, check=(lambda v: v >= 0, "must be >= 0"), core=True,
         help="added to the std in both advantages")

@@ -70,10 +70,17 @@ def test_rounds_are_drawn_logged_and_start_with_grpos_first_round(setup):
 
 def test_a_prompt_that_never_resolves_draws_the_whole_budget(setup):
     """Every group of the uniform reward is all correct or all incorrect: no prompt meets the balanced exit, each
-    draws its 12, in 3 rounds, and its pool's advantage is 0 (GRPO's signal would be 0 too)."""
+    draws its 12, in 3 rounds, and its pool's advantage is 0 (GRPO's signal would be 0 too). Run as
+    `reinforce_ada_copo` (issue 52, part 4), whose rounds are Reinforce-Ada's, so that its estimator goes through the
+    real CLI without a run of its own: its global term trains both prompts, the all-correct pool (label 0: rate 1) and
+    the all-incorrect one (label 2: rate 0, zero control: w_global 1), at +1 and -1."""
     base, model, data = setup
-    rows, ada, _ = run(base, "never", model, data, *ADA, scorer="uniform_reward.py")
+    combined = ("--advantage_estimator", "reinforce_ada_copo") + ADA[2:]
+    rows, ada, out = run(base, "never", model, data, *combined, scorer="uniform_reward.py")
     row = rows[0]
     assert sorted(len(v) for v in ada.values()) == [12, 12]
     assert (row["copo_ada_rounds"], row["copo_ada_drawn"], row["copo_ada_drawn_max"]) == (3, 12, 12)
     assert row["copo_ada_resolved"] == 0 and row["copo_signal_grpo"] == 0 and row["copo_zero_std"] == 1
+    assert row["copo_prompt_reward_mean"] == 0.5 and row["copo_global_adv_raw"] == pytest.approx(0, abs=1e-6)
+    assert row["copo_signal_copo"] == 1 and row["copo_w_global"] > 0.5 and math.isfinite(row["policy_loss"])
+    assert "openrlhf_copo: reinforce_ada: " in out.stderr and "clips the ratio" not in out.stderr
