@@ -157,7 +157,31 @@ class QuickTier:
         self.watch.stop()
 
 
+HEAVY_GROUP = "heavy"  # the xdist group every heavy test joins
+
+
+class HeavyOnOneWorker:
+    """Under pytest-xdist's ``--dist loadgroup`` (the README's `pytest -n 2 --dist loadgroup`), every test marked heavy
+    joins one xdist group, so one worker runs them all, one at a time and in their order, while the other workers run
+    the rest. Why: two heavy tests at once would share the machine's two cores with two Ray clusters and two vLLM
+    engines, and a `ray.init()` of one could join the `ray start` cluster of the other. A light test at the same time
+    takes only what a heavy test leaves idle (a training run keeps about 1.5 of the 2 cores busy)."""
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group off each test (xdist/remote.py)
+    def pytest_collection_modifyitems(self, config, items):
+        for item in items:
+            if item.get_closest_marker(MARK) is not None and item.get_closest_marker("xdist_group") is None:
+                item.add_marker(pytest.mark.xdist_group(HEAVY_GROUP))
+
+
+def xdist_controller(config) -> bool:
+    """Whether this pytest is pytest-xdist's controller (``-n N``, N > 0), which hands tests to workers and runs none."""
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
 def configure(config) -> None:
-    """Register the quick tier's plugin where --quick is given."""
-    if config.getoption(OPTION):
+    """Register the heavy tests' xdist group, and the quick tier's plugin where --quick is given (in the processes
+    that run tests: under xdist, each worker watches what its own tests start)."""
+    config.pluginmanager.register(HeavyOnOneWorker(), "heavy_on_one_worker")
+    if config.getoption(OPTION) and not xdist_controller(config):
         config.pluginmanager.register(QuickTier(), "quick_tier")

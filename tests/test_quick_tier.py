@@ -99,3 +99,41 @@ def test_the_quick_tier_fails_an_unmarked_test_that_starts_a_real_ray_cluster(tm
     assert outcome(out) == {"passed": 1, "error": 1}, out
     assert ("test_cases.py::test_starts_ray_unmarked: this test started gcs_server, raylet, ray.init (still connected "
             "at the end) but is not marked heavy") in out, out
+
+
+# each test writes which xdist worker ran it, heavy ones first: without the heavy tests' group, xdist's load scheduling
+# hands the first two to one worker and the next two to the other
+ON_WHICH_WORKER = """
+import os
+from pathlib import Path
+import pytest
+
+def ran(name):
+    with open(Path(__file__).parent / "workers.txt", "a") as f:
+        f.write(f"{name} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("i", range(4))
+def test_heavy(i):
+    ran(f"heavy{i}")
+
+@pytest.mark.parametrize("i", range(4))
+def test_light(i):
+    ran(f"light{i}")
+"""
+
+
+def test_under_xdist_one_worker_runs_every_heavy_test(tmp_path):
+    out = run_pytest(tmp_path, ON_WHICH_WORKER, "-n", "2", "--dist", "loadgroup")
+    assert outcome(out) == {"passed": 8}, out
+    workers = dict(line.split() for line in (tmp_path / "workers.txt").read_text().splitlines())
+    assert len({workers[f"heavy{i}"] for i in range(4)}) == 1, workers
+
+
+def test_under_xdist_each_worker_watches_what_its_own_tests_start(tmp_path):
+    out = run_pytest(tmp_path, LIGHT_CASES, "--quick", "-n", "2")
+    assert outcome(out) == {"passed": 3, "errors": 2}, out  # xdist's controller does not count the deselected
+    assert "3 items" in out and "test_a_marked_raylet" not in out, out
+    assert "test_cases.py::test_an_unmarked_raylet: this test started raylet but is not marked heavy" in out, out
+    assert "test_cases.py::test_an_unmarked_vllm_engine: this test started VLLM::EngineCore but is not marked heavy" \
+        in out, out
