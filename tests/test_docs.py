@@ -66,3 +66,14 @@ def test_every_docs_page_is_in_the_readmes_list():
     readme = (REPO / "README.md").read_text()
     listed = set(re.findall(r"^- \[docs/([\w-]+\.md)\]", readme[readme.index("## Documentation"):], re.M))
     assert listed == {p.name for p in (REPO / "docs").glob("*.md")}
+
+
+def test_ci_runs_the_readmes_test_command():
+    """The brief's rule: `.ci/run` calls the README's test command, the one a newcomer copies, so that what passes in
+    CI is what they run (the command once gained pytest-xdist's flags in one place only)."""
+    readme = (REPO / "README.md").read_text()
+    commands = re.findall(r"```bash\n(bash scripts/setup_cpu\.sh && \.venv/bin/python -m pytest[^\n]*)\n```", readme)
+    assert len(commands) == 1, commands
+    ci = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line and not line.startswith(("#", "set ",
+                                                                                                          "cd "))]
+    assert ci == commands, (ci, commands)
