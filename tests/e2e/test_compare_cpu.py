@@ -1,6 +1,6 @@
-"""`python -m openrlhf_copo.cli.compare` end to end on the CPU: two methods, one seed, one step each, through the real
-Ray pipeline with the tiny random model, as a user would run it on their own model and data (the GPU path of the
-same command has not been run)."""
+"""`python -m openrlhf_copo.cli.compare` end to end on the CPU: two methods, one seed, three steps each, killed and
+run again, through the real Ray pipeline with the tiny random model, as a user would run it on their own model and
+data (the GPU path of the same command has not been run)."""
 
 import json
 import os
@@ -26,48 +26,75 @@ CPU_FLAGS = ["--rollout.micro_batch_size", "4", "--train.micro_batch_size", "4",
 
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
+    """One comparison, as a user makes it: two methods, one seed, 3 steps each from a start checkpoint, a checkpoint
+    every step. It is killed (SIGTERM) once the second run (copo) has saved its first checkpoint, run again (grpo is
+    kept, copo goes on from its checkpoint, the report is written), then run a third time (both kept). Each command
+    starts its own runs' Ray clusters and vLLM engines: one comparison serves every test below."""
     tmp = tmp_path_factory.mktemp("compare")
     model = tiny_qwen2(tmp / "tiny-model")
-    write_prompts(tmp / "train.jsonl", 5)  # more than the run's 1 step x 2 prompts: the tool takes the first 2
+    write_prompts(tmp / "train.jsonl", 7)  # more than the run's 3 steps x 2 prompts: the tool takes the first 6
     # held-out prompts unlike the training ones (a seeded engine counts draws per prompt: a step-0 evaluation sampling
     # a training prompt would shift that prompt's later draws in the one run that made it)
-    write_prompts(tmp / "test.jsonl", 8)
-    held_out = (tmp / "test.jsonl").read_text().splitlines()[4:]
+    write_prompts(tmp / "test.jsonl", 11)
+    held_out = (tmp / "test.jsonl").read_text().splitlines()[7:]
     (tmp / "test.jsonl").write_text("\n".join(held_out) + "\n")
+    out = tmp / "out"
     cmd = [sys.executable, "-m", "openrlhf_copo.cli.compare", "--model", "not-a-model",
            "--start_checkpoint", model, "--train_data", str(tmp / "train.jsonl"), "--eval_data", str(tmp / "test.jsonl"),
            "--reward", str(REPO / "tests" / "fixtures" / "parity_reward.py"), "--methods", "grpo", "copo",
-           "--seeds", "0", "--samples_per_prompt", "4", "--prompts_per_step", "2", "--steps", "1", "--eval_every", "1",
-           "--lr", "3e-3", "--out", str(tmp / "out"), "--", *CPU_FLAGS]
+           "--seeds", "0", "--samples_per_prompt", "4", "--prompts_per_step", "2", "--steps", "3", "--eval_every", "3",
+           "--save_every", "1", "--lr", "3e-3", "--out", str(out), "--", *CPU_FLAGS]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    first = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env)
+
+    run = out / "copo-seed0"
+    latest = run / "scratch" / "ckpt" / "_actor" / "latest"
+    with open(tmp / "first.log", "w") as log:
+        first = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.time() + 1200
+        while not latest.exists():
+            assert first.poll() is None and time.time() < deadline, (tmp / "first.log").read_text()[-3000:]
+            time.sleep(0.5)
+        child = json.loads((run / "run.lock").read_text())["pid"]
+        killed_at = time.time()
+        first.send_signal(signal.SIGTERM)
+        killed = {"returncode": first.wait(timeout=120), "at": killed_at}
+    while session_members(child) and time.time() < killed_at + 60:
+        time.sleep(0.5)
+    killed.update(members_left=session_members(child), lock_left=(run / "run.lock").exists(),
+                  done=(run / "done.json").exists(), latest=latest.exists(), log=(tmp / "first.log").read_text())
+
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env)
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    return tmp / "out", first, again
+    return out, killed, resumed, again
+
+
+def rows_of(out: Path, method: str) -> list:
+    return [json.loads(x) for x in (out / f"{method}-seed0" / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_both_runs_finish_from_the_start_checkpoint_on_the_same_first_batch(compared):
-    out, first, _ = compared
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    out, _, resumed, _ = compared
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     steps = {}
     for method in ("grpo", "copo"):
-        rows = [json.loads(x) for x in (out / f"{method}-seed0" / "metrics.jsonl").read_text().splitlines()]
-        assert [r["step"] for r in rows if r.get("eval")] == ([0, 1] if method == "grpo" else [1])
+        rows = rows_of(out, method)
+        assert [r["step"] for r in rows if r.get("eval")] == ([0, 3] if method == "grpo" else [3])
         steps[method] = [r for r in rows if not r.get("eval")]
-        assert len(steps[method]) == 1
+        assert [r["step"] for r in steps[method]] == [1, 2, 3]
         assert not (out / f"{method}-seed0" / "scratch").exists()  # checkpoints and the final model: deleted
     # seeded rollouts: the same first rollout batch for both methods
     assert steps["grpo"][0]["copo_correct"] == steps["copo"][0]["copo_correct"]
     assert steps["grpo"][0]["copo_entropy"] == steps["copo"][0]["copo_entropy"]
-    cut, = out.glob("train-2rows-*.jsonl")  # the first 2 prompts, named by the source's sha256
-    assert cut.read_text().splitlines() == (out.parent / "train.jsonl").read_text().splitlines()[:2]
+    cut, = out.glob("train-6rows-*.jsonl")  # the first 6 prompts, named by the source's sha256
+    assert cut.read_text().splitlines() == (out.parent / "train.jsonl").read_text().splitlines()[:6]
     # each run records the weights it began from: the start checkpoint's, the same for both
     starts = {json.loads((out / f"{m}-seed0" / "done.json").read_text())["start_sha256"] for m in ("grpo", "copo")}
     assert len(starts) == 1 and len(starts.pop()) == 64
 
 
 def test_the_report_pairs_copo_with_grpo_and_a_rerun_resumes(compared):
-    out, first, again = compared
-    assert first.returncode == 0
+    out, killed, resumed, again = compared
+    assert resumed.returncode == 0
     report = json.loads((out / "report.json").read_text())
     copo = report["table"]["copo"]
     assert copo["seeds"] == [0] and copo["minus_baseline"]["per_seed"][0]["n"] == 4  # the 4 held-out prompts
@@ -75,14 +102,16 @@ def test_the_report_pairs_copo_with_grpo_and_a_rerun_resumes(compared):
     assert low <= copo["minus_baseline"]["mean"] <= high
     assert 0 <= copo["first_step"]["copo_zero_std"] <= 1
     assert report["methods"]["copo"] == ["--advantage_estimator", "copo"]
-    assert report["prompts"]["distinct"] == 2 and report["samples_per_prompt"] == 4
+    assert report["prompts"]["distinct"] == 6 and report["samples_per_prompt"] == 4
     assert copo["minus_baseline"]["over"] == "prompts (one seed)"
     text = (out / "report.md").read_text()
     assert "| grpo | 1 |" in text and "(baseline)" in text and "| copo | 1 |" in text
+    # the killed command had finished grpo; the next one kept it and finished copo
+    assert killed["log"].count("done in") == 1 and "kept: finished before" not in killed["log"]
+    assert resumed.stdout.count("kept: finished before") == 1 and resumed.stdout.count("done in") == 1
     # the same command again finds both runs finished and only writes the report
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stdout.count("kept: finished before") == 2 and "done in" not in again.stdout
-    assert first.stdout.count("done in") == 2 and "kept: finished before" not in first.stdout
     assert (out / "report.md").read_text() == text
 
 
@@ -99,51 +128,24 @@ def session_members(sid: int) -> list:
     return members
 
 
-def test_a_killed_compare_ends_its_run_and_the_rerun_goes_on_from_its_checkpoint(tmp_path):
+def test_a_killed_compare_ends_its_run_and_the_rerun_goes_on_from_its_checkpoint(compared):
     """Issue 49 item 6 through the real pipeline: a compare killed (SIGTERM) after its run saved a checkpoint ends
     the run's whole process group; the same command again goes on from that checkpoint: the steps up to it are not
     made again (their metrics rows are those written before the kill), the steps after it are, and the metrics file
     holds every step once."""
-    model = tiny_qwen2(tmp_path / "tiny-model")
-    write_prompts(tmp_path / "train.jsonl", 8)
-    write_prompts(tmp_path / "test.jsonl", 12)
-    held_out = (tmp_path / "test.jsonl").read_text().splitlines()[8:]
-    (tmp_path / "test.jsonl").write_text("\n".join(held_out) + "\n")
-    out = tmp_path / "out"
-    run = out / "grpo-seed0"
-    cmd = [sys.executable, "-m", "openrlhf_copo.cli.compare", "--model", model, "--train_data",
-           str(tmp_path / "train.jsonl"), "--eval_data", str(tmp_path / "test.jsonl"), "--reward",
-           str(REPO / "tests" / "fixtures" / "parity_reward.py"), "--methods", "grpo", "--seeds", "0",
-           "--samples_per_prompt", "4", "--prompts_per_step", "2", "--steps", "4", "--eval_every", "4",
-           "--save_every", "1", "--lr", "3e-3", "--out", str(out), "--", *CPU_FLAGS]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    log = open(tmp_path / "first.log", "w")
-    first = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    latest = run / "scratch" / "ckpt" / "_actor" / "latest"
-    deadline = time.time() + 900
-    while not latest.exists():
-        assert first.poll() is None and time.time() < deadline, (tmp_path / "first.log").read_text()[-3000:]
-        time.sleep(0.5)
-    child = json.loads((run / "run.lock").read_text())["pid"]
-    killed_at = time.time()
-    first.send_signal(signal.SIGTERM)
-    assert first.wait(timeout=120) != 0
-    while session_members(child) and time.time() < killed_at + 60:
-        time.sleep(0.5)
-    assert not session_members(child) and not (run / "run.lock").exists()  # the run's processes ended with it
-    assert not (run / "done.json").exists() and latest.exists()  # unfinished, its checkpoints kept
-
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    out, killed, resumed, _ = compared
+    run = out / "copo-seed0"
+    assert killed["returncode"] != 0
+    assert not killed["members_left"] and not killed["lock_left"]  # the run's processes ended with it
+    assert not killed["done"] and killed["latest"]  # unfinished, its checkpoints kept
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     info = json.loads((run / "done.json").read_text())
-    resumed = info["resumed_from_step"]
-    assert 1 <= resumed < 4
-    assert f"going on from the checkpoint of step {resumed}" in (run / "train.log").read_text()
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in rows if not r.get("eval")]
-    assert [r["step"] for r in steps] == [1, 2, 3, 4]
-    assert [r["step"] for r in rows if r.get("eval")] == [0, 4]
-    assert all(r["time"] < killed_at for r in steps if r["step"] <= resumed)  # not made again
-    assert all(r["time"] > killed_at for r in steps if r["step"] > resumed)
-    assert [r["prompts_consumed"] for r in steps] == [2, 4, 6, 8]  # the prompts drawn go on from the checkpoint
+    step = info["resumed_from_step"]
+    assert 1 <= step < 3
+    assert f"going on from the checkpoint of step {step}" in (run / "train.log").read_text()
+    steps = [r for r in rows_of(out, "copo") if not r.get("eval")]
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    assert all(r["time"] < killed["at"] for r in steps if r["step"] <= step)  # not made again
+    assert all(r["time"] > killed["at"] for r in steps if r["step"] > step)
+    assert [r["prompts_consumed"] for r in steps] == [2, 4, 6]  # the prompts drawn go on from the checkpoint
     assert not (run / "scratch").exists()  # deleted once the run finished

@@ -18,24 +18,10 @@ COPO_METRICS = ["copo_entropy", "copo_w_local", "copo_w_global", "copo_signal_gr
                 "copo_weighted_global_adv", "copo_loss_local", "copo_loss_global", "policy_loss"]
 
 
-#: The first run also evaluates (before training and at step 2), trains in fp32 (the CPU path's
-#: --ds.param_dtype), and logs to wandb in offline mode (no network), as a user turning wandb on would.
-FIRST_RUN_EXTRA = ("--eval.steps", "2", "--eval.n_samples_per_prompt", "2", "--eval.temperature", "1.0",
-                   "--copo.eval_before_train", "--copo.eval_greedy", "--copo.eval_sampled_prompts", "3",
-                   "--copo.seeded_rollouts",
-                   "--ds.param_dtype", "fp32",
-                   "--logger.wandb.key", "offline-not-a-key", "--logger.wandb.project", "copo-e2e",
-                   "--logger.wandb.run_name", "e2e")
-
-
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("e2e")
-    model = tiny_qwen2(tmp / "tiny-model")
-    data = write_prompts(tmp / "prompts.jsonl", 6)
-    first = train(tmp, model, data, 4, "--eval.dataset", str(data), *FIRST_RUN_EXTRA,
-                  env={"WANDB_MODE": "offline", "WANDB_DIR": str(tmp), "WANDB_SILENT": "true"})
-    return tmp, model, data, first
+def run(first_run):
+    """The first end-to-end run (tests/e2e/conftest.py), which tests/e2e/test_probe_cpu.py reads too."""
+    return first_run
 
 
 def test_two_steps_complete_with_finite_copo_metrics(run):
