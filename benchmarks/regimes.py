@@ -165,7 +165,7 @@ def probe(regime: str, prompts: int, out: Path, method: str = compare.BASELINE) 
     cost = {k: step1[k] for k in PROBE_COST_KEYS if k in step1 and k.startswith("copo_ada")}
     if cost:
         cost["timing/generation"] = step1.get("timing/generation")
-    record = json.dumps({"regime": regime, "prompts": prompts, "G": setting.samples_per_prompt,
+    record = json.dumps({"regime": regime, "prompts": prompts, "G": compare.samples_per_prompt(setting, method),
                          **({"method": method} if method != compare.BASELINE else {}), **first, **cost,
                          "wall_minutes": round(info["wall_seconds"] / 60, 1)}, indent=1)
     (out / "probe.json").write_text(record + "\n")

@@ -90,7 +90,19 @@ METHODS: Dict[str, List[str]] = {
     "copo_released": ["--advantage_estimator", "copo", "--copo.gamma", "5", "--copo.rho", "1", "--copo.zero_control",
                       "response", "--copo.incorrect", "reward", "--copo.std", "unbiased", "--copo.answer_buckets",
                       "string", "--actor.dual_clip", "3", "--actor.loss_agg_mode", "seq-mean-token-mean"],
+    # plain GRPO at 4 x the comparison's G (`SAMPLE_FACTOR`): Reinforce-Ada's generation budget given to GRPO
+    "grpo_4xg": ["--advantage_estimator", "copo", "--copo.mode", "grpo"],
 }
+
+#: The methods that draw a multiple of the comparison's G per prompt, and train on all of them in ONE optimizer step
+#: per rollout batch, as every method does at P x G (`run_argv` scales --rollout.n_samples_per_prompt and
+#: --train.batch_size; `samples_per_prompt`). A method's flags cannot say it: the tool's G and train batch come after
+#: them and win. `grpo_4xg` is the budget control of Reinforce-Ada (issue 52), which drew 3.75x GRPO's tokens per
+#: step in `hard` (its budget: 32 per prompt). Matched with Reinforce-Ada: the prompts, steps, optimizer steps and lr;
+#: not matched: the responses trained on (Reinforce-Ada keeps G of its pool, this trains on 4G, so a lower-variance
+#: step) and the clip (Reinforce-Ada's 0.2 / 0.28, GRPO's 0.2); tokens differ with response lengths, so the cost
+#: that counts is the one measured (docs/benchmarks.md, "The budget control").
+SAMPLE_FACTOR: Dict[str, int] = {"grpo_4xg": 4}
 
 #: Flags of every run: the same draws from the same weights, the same pipeline for OpenRLHF's own estimators, an
 #: evaluation at the end of every run, and the loss terms' pushes (the mechanism's diagnostics).
@@ -137,6 +149,19 @@ class Setting:
 
 def run_dir(out: Path, method: str, seed: int) -> Path:
     return out / f"{method}-seed{seed}"
+
+
+def samples_per_prompt(setting: Setting, method: str) -> int:
+    """The responses a run of ``method`` draws per prompt and trains on: the comparison's G, times the method's
+    `SAMPLE_FACTOR`."""
+    return setting.samples_per_prompt * SAMPLE_FACTOR.get(method, 1)
+
+
+def method_record(method: str) -> dict:
+    """What a run records of its method (started.json, done.json), and a rerun or a report compares: its flags, and
+    its sample factor where it has one (a method without records none, as every run did before factors existed)."""
+    factor = SAMPLE_FACTOR.get(method, 1)
+    return {"method_flags": METHODS[method], **({"sample_factor": factor} if factor != 1 else {})}
 
 
 def _sha256(path: Path) -> str:
@@ -249,8 +274,9 @@ def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: P
              episodes: int = 1) -> List[str]:
     """The train_ppo_ray command line of one run: the method's flags, the paired flags, the tool's (`TOOL_FLAGS`), then
     ``setting.extra`` (which wins over what precedes it), then the seed, then the step-0 evaluation's flag when
-    ``step0`` (`sweep`); given after --, that flag is left out, since ``step0`` decides it."""
-    P, G = setting.prompts_per_step, setting.samples_per_prompt
+    ``step0`` (`sweep`); given after --, that flag is left out, since ``step0`` decides it. G is the method's
+    (`samples_per_prompt`), and the train batch P x G: one optimizer step per rollout batch for every method."""
+    P, G = setting.prompts_per_step, samples_per_prompt(setting, method)
     scratch = directory / "scratch"  # checkpoints, the final model: kept until the run finished
     base = [
         "--actor.model_name_or_path", setting.start or setting.model,
@@ -356,6 +382,10 @@ def extra_conflicts(setting: Setting, methods: Sequence[str], seeds: Sequence[in
                 elif dest in tool:
                     found.append(f"{flag[0]} would override the tool's {TOOL_FLAGS[tool[dest][0]]}"
                                  + (f", which sets {own[dest][0]}" if dest in own else ""))
+                elif dest == "train.batch_size" and method in SAMPLE_FACTOR:
+                    found.append(f"{flag[0]} would change method {method}'s optimizer steps per rollout batch: it "
+                                 f"trains on {SAMPLE_FACTOR[method]} x G responses per prompt in one step "
+                                 f"({own[dest][0]})")
     return list(dict.fromkeys(found))
 
 
@@ -440,13 +470,21 @@ def due_evaluations(setting: Setting, step0: bool):
 
 
 def method_flags_differ(directory: Path, info: dict, method: str) -> Optional[str]:
-    """Why a finished run may not stand for ``method`` now: its recorded flags (done.json's ``method_flags``) are not
-    `METHODS[method]` (the method was redefined since); None when they are, or when none were recorded."""
-    then = info.get("method_flags")
-    if then is None or then == METHODS[method]:
+    """Why a finished run may not stand for ``method`` now: its recorded flags and sample factor (done.json's
+    ``method_flags``, ``sample_factor``) are not `method_record`'s (the method was redefined since); None when they
+    are, or when none were recorded."""
+    if info.get("method_flags") is None:
         return None
-    return (f"{directory} was made with {method}'s flags {' '.join(then)}, and {method} is now "
-            f"{' '.join(METHODS[method])}: use another --out, or delete {directory} to rerun it")
+    then, now = ({"method_flags": r["method_flags"], "sample_factor": r.get("sample_factor", 1)}
+                 for r in (info, method_record(method)))
+    if then == now:
+        return None
+
+    def said(r):
+        return " ".join(r["method_flags"]) + (f" at {r['sample_factor']} x G" if r["sample_factor"] != 1 else "")
+
+    return (f"{directory} was made with {method}'s flags {said(then)}, and {method} is now {said(now)}: use another "
+            f"--out, or delete {directory} to rerun it")
 
 
 def check_finished_run(directory: Path, info: dict, method: str, settings: dict) -> None:
@@ -548,7 +586,7 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
         return info
     lock = RunLock(directory)
     lock.refuse_if_running()
-    resumed = prepare_run_folder(directory, setting, {"settings": settings, "method_flags": METHODS[method]}, step0)
+    resumed = prepare_run_folder(directory, setting, {"settings": settings, **method_record(method)}, step0)
     train, episodes = train_file(setting, out)
     argv = run_argv(setting, method, seed, directory, train, step0, episodes)
     log = directory / "train.log"
@@ -563,7 +601,7 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
     if rc != 0 or wrong:
         raise RunFailed(f"[{method} seed {seed}] failed ({f'exit {rc}' if rc else wrong}); log: {log}", rc or 1, log)
     info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1), "settings": settings,
-            "method_flags": METHODS[method], "episodes": episodes, "prompts": prompt_plan(setting, out),
+            **method_record(method), "episodes": episodes, "prompts": prompt_plan(setting, out),
             "environment": environment()}
     if resumed:
         info["resumed_from_step"] = resumed
@@ -676,13 +714,14 @@ def plan(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Pa
         runs.append({"method": method, "seed": seed, "step0": step0, "kept": is_finished(directory),
                      "evaluations": evaluations(setting, step0),
                      "argv": [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv]})
-    responses = setting.steps * setting.prompts_per_step * setting.samples_per_prompt
+    prompts_drawn = setting.steps * setting.prompts_per_step
     # a method that samples adaptively is counted at its budget per prompt: an upper bound
     budgets = {m: b for m in methods if (b := sampling_budget(m, setting.extra)) is not None}
-    drawn = [responses * max(budgets.get(r["method"], 0), setting.samples_per_prompt) // setting.samples_per_prompt
+    drawn = [prompts_drawn * max(budgets.get(r["method"], 0), samples_per_prompt(setting, r["method"]))
              for r in runs if not r["kept"]]
     new = len(drawn)
-    cost = {"responses_per_run": responses, "runs_to_make": new, "adaptive_budgets": budgets,
+    cost = {"responses_per_run": prompts_drawn * setting.samples_per_prompt, "runs_to_make": new,
+            "adaptive_budgets": budgets, "sample_factors": {m: SAMPLE_FACTOR[m] for m in methods if m in SAMPLE_FACTOR},
             "gpu_hours": sum(drawn) * RECIPE_STEP["gpu_hours"] / RECIPE_STEP["responses"], "rate": RECIPE_STEP}
     return {"out": str(out), "prompts": prompts, "held_out": held_out_sources(setting.test), "runs": runs,
             "cost": cost}
@@ -708,7 +747,9 @@ def plan_text(p: dict) -> str:
              f"responses of ~{rate['response_tokens']} tokens; not measured; it scales with the responses, their "
              "length and the model's size: 2-2.5x for 7B)."
              + "".join(f" {m} draws G, then more for the prompts it has not resolved, up to {b} per prompt: counted "
-                       f"at {b} (an upper bound)." for m, b in cost.get("adaptive_budgets", {}).items()), ""]
+                       f"at {b} (an upper bound)." for m, b in cost.get("adaptive_budgets", {}).items())
+             + "".join(f" {m} draws {k} x G responses per prompt and trains on all of them: counted at {k} x G."
+                       for m, k in cost.get("sample_factors", {}).items()), ""]
     for r in p["runs"]:
         what = "kept: finished before" if r["kept"] else (
             "evaluates at steps " + ", ".join(map(str, r["evaluations"]))

@@ -598,3 +598,63 @@ def test_the_plan_counts_an_adaptive_method_at_its_budget(tmp_path):
     assert both["cost"]["gpu_hours"] == pytest.approx(base["gpu_hours"] * (1 + 32 / G))
     assert "reinforce_ada draws G, then more for the prompts it has not resolved, up to 32 per prompt: counted at " \
            "32 (an upper bound)." in compare.plan_text(both)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 52: GRPO at Reinforce-Ada's generation budget (`grpo_4xg`, `compare.SAMPLE_FACTOR`).
+
+
+def test_grpo_4xg_is_grpos_run_drawing_4g_per_prompt_in_one_optimizer_step(load_args, tmp_path):
+    """8 prompts x G 6: GRPO draws 6 per prompt and trains on 48 in one optimizer step; grpo_4xg draws 24 and trains
+    on 192, in one step too, and its command line is GRPO's with those two values alone changed (a METHODS entry
+    could not say it: the tool's G and train batch come after the method's flags and win)."""
+    s = setting(tmp_path, samples_per_prompt=6, prompts_per_step=8, steps=3,
+                extra=["--train.micro_batch_size", "12"])
+    run = tmp_path / "run"  # one folder for both, so the paths in the two command lines agree
+    grpo = compare.run_argv(s, "grpo", 3, run, tmp_path / "train.jsonl", step0=False)
+    wide = compare.run_argv(s, "grpo_4xg", 3, run, tmp_path / "train.jsonl", step0=False)
+    a = load_args(wide)
+    assert a.algo.advantage.estimator == "copo" and a.copo.mode == "grpo"
+    assert (a.rollout.batch_size, a.rollout.n_samples_per_prompt, a.train.batch_size) == (8, 24, 192)
+    expected = list(grpo)
+    expected[grpo.index("--rollout.n_samples_per_prompt") + 1] = "24"
+    expected[grpo.index("--train.batch_size") + 1] = "192"
+    assert wide == expected
+    assert a.train.micro_batch_size == 12  # responses per micro-batch: the same as GRPO's
+    assert a.actor.adam.lr == load_args(grpo).actor.adam.lr
+    assert compare.samples_per_prompt(s, "grpo_4xg") == 24 and compare.samples_per_prompt(s, "grpo") == 6
+
+
+def test_the_plan_counts_grpo_4xg_at_4g_and_a_users_flag_cannot_redefine_its_g(tmp_path):
+    """2 steps x 3 prompts: GRPO's runs draw 36 responses, grpo_4xg's 144, so the two cost 5 x GRPO's alone; its
+    command draws 24 per prompt. After --, --rollout.n_samples_per_prompt (any value but the run's own) and
+    --train.batch_size (which would split its 4G responses into several optimizer steps) are refused."""
+    _data(tmp_path)
+    s = setting(tmp_path, prompts_per_step=3, steps=2)
+    base = compare.plan(s, ["grpo"], [0], tmp_path / "a")["cost"]
+    both = compare.plan(s, ["grpo", "grpo_4xg"], [0], tmp_path / "b")
+    assert both["cost"]["sample_factors"] == {"grpo_4xg": 4} and both["cost"]["responses_per_run"] == 36
+    assert both["cost"]["gpu_hours"] == pytest.approx(base["gpu_hours"] * 5)
+    wide = both["runs"][1]["argv"]
+    assert wide[wide.index("--rollout.n_samples_per_prompt") + 1] == "24"
+    assert wide[wide.index("--train.batch_size") + 1] == "72"
+    assert "grpo_4xg draws 4 x G responses per prompt and trains on all of them: counted at 4 x G." in \
+        compare.plan_text(both)
+
+    def conflicts(methods, *extra):
+        return compare.extra_conflicts(setting(tmp_path, prompts_per_step=3, steps=2, extra=list(extra)), methods,
+                                       [0], tmp_path / "out")
+
+    assert conflicts(["grpo", "grpo_4xg"], "--rollout.n_samples_per_prompt", "6") == \
+        ["--rollout.n_samples_per_prompt 6 would override the tool's --samples_per_prompt, which sets "
+         "--rollout.n_samples_per_prompt 24"]
+    assert conflicts(["grpo_4xg"], "--rollout.n_samples_per_prompt", "8") == \
+        ["--rollout.n_samples_per_prompt 8 would override the tool's --samples_per_prompt, which sets "
+         "--rollout.n_samples_per_prompt 24"]
+    assert conflicts(["grpo", "grpo_4xg"], "--train.batch_size", "18") == \
+        ["--train.batch_size 18 would change method grpo_4xg's optimizer steps per rollout batch: it trains on 4 x G "
+         "responses per prompt in one step (--train.batch_size 72)"]
+    assert conflicts(["grpo"], "--train.batch_size", "9") == []  # GRPO alone: the tool's default, as before
+    with pytest.raises(SystemExit, match="would change method grpo_4xg's optimizer steps"):
+        compare.plan(setting(tmp_path, prompts_per_step=3, steps=2, extra=["--train.batch_size", "18"]),
+                     ["grpo", "grpo_4xg"], [0], tmp_path / "c")

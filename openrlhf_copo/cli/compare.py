@@ -5,10 +5,11 @@ docs/gpu-recipe.md, "Comparing methods at the paper's size".
 
 Each (method, seed) is one `train_ppo_ray` run with the same flags but the method's (`openrlhf_copo.compare`);
 everything after `--` goes to every run as it is, and wins over the tool's defaults: no KL (--algo.kl.init_coef 0),
-OpenRLHF's token-mean loss, one optimizer step per rollout batch (--train.batch_size = prompts x G), a constant lr,
-a checkpoint every --save_every steps (kept until the run finished, then deleted with its final model). A flag after
-`--` that would redefine a method (`--copo.rho` of copo_selective_rho04), the paired flags or one of the tool's own
-(`--rollout.n_samples_per_prompt` for --samples_per_prompt) is refused before any run starts. Every run draws steps
+OpenRLHF's token-mean loss, one optimizer step per rollout batch (--train.batch_size = prompts x the method's G:
+`compare.SAMPLE_FACTOR`), a constant lr, a checkpoint every --save_every steps (kept until the run finished, then
+deleted with its final model). A flag after `--` that would redefine a method (`--copo.rho` of
+copo_selective_rho04), the paired flags or one of the tool's own (`--rollout.n_samples_per_prompt` for
+--samples_per_prompt) is refused before any run starts. Every run draws steps
 x prompts per step prompts, from as many distinct ones as the data and the steps allow (`compare.prompt_plan`).
 `--dry_run` prints every run's command, the prompts and passes, the held-out sources and the estimated cost, and
 starts nothing. Runs are resumable: a finished run made with the same settings is kept, one made with others (or
@@ -156,8 +157,9 @@ def write_report(out: Path, infos: List[dict], samples_per_prompt: Optional[int]
     text = compare.markdown(result)
     flags = {i["method"]: i.get("method_flags", compare.METHODS.get(i["method"])) for i in infos}
     (out / "report.md").write_text(text + "\n")
-    (out / "report.json").write_text(json.dumps({"methods": flags, "paired_flags": compare.PAIRED, **result},
-                                                indent=1))
+    factors = {i["method"]: i["sample_factor"] for i in infos if "sample_factor" in i}
+    (out / "report.json").write_text(json.dumps({"methods": flags, "sample_factors": factors,
+                                                 "paired_flags": compare.PAIRED, **result}, indent=1))
     print(text)
     return 0
 

@@ -24,8 +24,9 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
         # the tool's checkpoints (issue 49): every save_every steps, loaded by a rerun of a run that stopped
         assert a.ckpt.save_steps == compare.Setting.save_every and a.ckpt.load_enable
         assert a.ds.zero_stage == 2  # the committed runs' settings, whatever the demo's
-        assert a.rollout.n_samples_per_prompt == lc.SAMPLES_PER_PROMPT == 4
-        assert (a.train.batch_size, a.train.micro_batch_size) == (lc.job.PROMPTS_PER_STEP * 4, 8)
+        G = lc.SAMPLES_PER_PROMPT * compare.SAMPLE_FACTOR.get(m, 1)  # grpo_4xg: 4 x G, in one optimizer step too
+        assert lc.SAMPLES_PER_PROMPT == 4 and a.rollout.n_samples_per_prompt == G
+        assert (a.train.batch_size, a.train.micro_batch_size) == (lc.job.PROMPTS_PER_STEP * G, 8)
         assert Path(a.ckpt.output_dir).parent.name == "scratch"  # gigabytes, deleted after the run
     assert (parsed["grpo"].algo.advantage.estimator, parsed["grpo"].copo.mode) == ("copo", "grpo")
     assert (parsed["copo"].algo.advantage.estimator, parsed["copo"].copo.mode) == ("copo", None)

@@ -258,3 +258,32 @@ def test_the_cost_beside_grpo_counts_every_round_and_pairs_by_seed(regimes, tmp_
     assert ada["step_seconds_ratio"] == pytest.approx((2.5, 2.5, 2.5)) and ada["wall_seconds_ratio"][0] == 1.0
     line = regimes.cost_markdown(regimes.collect()["hard"]).splitlines()[-1]
     assert line == "| reinforce_ada | +0.250 [+0.250, +0.250] | 3150 | 4.00 (3.00-5.00) | 2.50 | 1.00 |"
+
+
+def test_grpo_4xg_probes_at_4g_and_its_cost_is_the_tokens_it_generated(offline, tmp_path, monkeypatch):
+    """The budget control (`compare.SAMPLE_FACTOR`) draws 4 x G: a probe of it runs and records G = 24 (the regime's
+    6 before), and the cost table counts what its steps generated, 144 responses of their own length: over two seeds
+    whose lengths differ (15 against GRPO's 20, then 25 and 25) x3.0 and x4.0 GRPO's tokens, not 4 by construction."""
+    made = []
+
+    def fake_run_one(setting, method, seed, out, step0):
+        made.append(load_args(compare.run_argv(setting, method, seed, out / "run", Path(setting.train), step0)))
+        (out / f"{method}-seed{seed}").mkdir(parents=True, exist_ok=True)
+        (out / f"{method}-seed{seed}" / "metrics.jsonl").write_text(json.dumps({"step": 1, "copo_zero_std": 0.5}))
+        return {"method": method, "seed": seed, "wall_seconds": 600}
+
+    monkeypatch.setattr(compare, "run_one", fake_run_one)
+    offline.probe("hard", 24, tmp_path / "probe", method="grpo_4xg")
+    assert (made[0].rollout.n_samples_per_prompt, made[0].train.batch_size) == (24, 24 * 24)
+    assert json.loads((tmp_path / "probe" / "probe.json").read_text())["G"] == 24
+
+    first = {"copo_zero_std": 0.75, "copo_all_incorrect": 0.5, "copo_signal_copo": 0.25}
+    for seed, (grpo_length, wide_length) in enumerate([(20.0, 15.0), (25.0, 25.0)]):
+        _run(tmp_path / "hard", "grpo", seed, "1000", {**first, "rollout/num_samples": 36.0,
+                                                       "rollout/response_length_mean": grpo_length})
+        _run(tmp_path / "hard", "grpo_4xg", seed, "1100", {**first, "rollout/num_samples": 144.0,
+                                                           "rollout/response_length_mean": wide_length})
+    monkeypatch.setattr(offline, "REGIME_RUNS", {"hard": (tmp_path / "hard", 6, 3e-5)})
+    wide = offline.collect()["hard"]["cost"]["grpo_4xg"]
+    assert wide["tokens_per_step"] == pytest.approx((144 * 15 + 144 * 25) / 2)
+    assert wide["tokens_per_step_ratio"] == pytest.approx((3.5, 3.0, 4.0))

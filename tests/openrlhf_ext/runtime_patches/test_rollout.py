@@ -126,6 +126,33 @@ def test_a_prompt_seen_again_on_another_engine_gets_new_seeds_and_runs_agree_wha
     assert counter.counts == {}
 
 
+def test_grpo_4xgs_first_g_draws_of_a_prompt_are_grpos_own(monkeypatch, fresh_draws, load_args, tmp_path):
+    """The budget control (`compare.SAMPLE_FACTOR`): a grpo_4xg run sends each prompt as one request of its 4G
+    responses, seeded by the run's draw index, so at a prompt's first step its draws 0..G-1 get the seeds of GRPO's
+    G draws of the same seed and its other 3G new ones. A later pass over the prompt starts at 4G, GRPO's at G: the
+    runs share their first step's first G seeds only (their policies part after it anyway)."""
+    from vllm import SamplingParams
+
+    from openrlhf_copo import compare
+
+    monkeypatch.setenv(ROLLOUT_SEED_ENV, "42")
+    params = SamplingParams(temperature=1.0, max_tokens=8)
+    s = compare.Setting(model="m", train=tmp_path / "train.jsonl", test=tmp_path / "test.jsonl", samples_per_prompt=6,
+                        prompts_per_step=8)
+
+    def first_two_passes(method):
+        argv = compare.run_argv(s, method, 0, tmp_path, tmp_path / "train.jsonl", False)
+        n = load_args(argv).rollout.n_samples_per_prompt
+        counter = rollout.DrawCounter()
+        return [engine_seeds(counter.stamp({"prompt": "2+2=", "sampling_params": params, "num_samples": n}))
+                for _ in range(2)]
+
+    grpo, wide = first_two_passes("grpo"), first_two_passes("grpo_4xg")
+    assert len(grpo[0]) == 6 and len(wide[0]) == 24 and len(set(wide[0] + wide[1])) == 48
+    assert wide[0][:6] == grpo[0] == SEEDS_OF_THE_COMMITTED_RUNS
+    assert not set(wide[1]) & set(grpo[1])  # a second pass: draws 24-47 against GRPO's 6-11
+
+
 def test_the_draw_counts_go_into_a_checkpoint_and_come_back_on_a_resume(monkeypatch):
     """A resumed run goes on with the run's counts (patch 4 saves them in the checkpoint's client states, patch 6
     restores them), instead of drawing the seeds of its first steps again."""
