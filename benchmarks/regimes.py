@@ -203,7 +203,7 @@ REGIME_RUNS = {"mixed": (REPO / "benchmarks" / "results" / "learning_curve", 4, 
 README, README_MARKERS = REPO / "README.md", ("<!-- which-method-when -->", "<!-- /which-method-when -->")
 #: The rows of the "which method when" table, in order.
 TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked", "reinforce_ada",
-                 "reinforce_ada_copo"]
+                 "grpo_4xg", "reinforce_ada_copo"]
 #: The method a row stands for at another G: COPO-Selective at the rho that keeps every mixed split local is rho 0.4
 #: at G = 6 and 0.5 at G = 4 (`compare.rho_keeping_every_split`).
 AT_G = {("copo_selective_rho04", 4): "copo_selective_rho05"}
@@ -266,6 +266,36 @@ def cost_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+#: A method beside the control that matches its generation budget, paired seed by seed: Reinforce-Ada against GRPO
+#: drawing and training on 4 x G (issue 52; docs/benchmarks.md, "The budget control").
+CONTROLS = {"reinforce_ada": "grpo_4xg"}
+
+
+def against_controls(folder: Path, infos: List[dict]) -> Dict[str, dict]:
+    """Each method of `CONTROLS` minus its control at the final evaluation, paired over the seeds both finished (as
+    each method minus GRPO is: `compare.paired_over_seeds`); {"reinforce_ada - grpo_4xg": ...} where both ran."""
+    wanted = set(CONTROLS) | set(CONTROLS.values())
+    points = [(r, compare.final_point(r)) for r in (compare.read_run(folder, i) for i in infos if i["method"] in wanted)]
+    final = {(r["method"], r["seed"]): p for r, p in points if p and p["outcomes"]}
+    out = {}
+    for method, control in CONTROLS.items():
+        d = compare.paired_over_seeds(final, method, control)
+        if d:
+            out[f"{method} - {control}"] = d
+    return out
+
+
+def controls_markdown(result: dict) -> str:
+    """The contrasts of `against_controls`, one row each, with every seed's difference (gained / lost prompts)."""
+    lines = ["| contrast | paired (95% CI, and what it is over) | per seed: difference (prompts gained / lost) |",
+             "|---|---|---|"]
+    for name, d in result["controls"].items():
+        seeds = ", ".join(f"{p['seed']}: {p['gain']:+.3f} ({p['gained']} / {p['lost']})" for p in d["per_seed"])
+        lines.append(f"| {name} | {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] over {d['over']} | "
+                     f"{seeds} |")
+    return "\n".join(lines)
+
+
 def collect() -> Dict[str, dict]:
     """Per regime with finished runs: the tool's report (each method minus GRPO, paired over seeds; what each
     method's runs saw at step 1), the machine-hours, and per run its step rows (for the plot)."""
@@ -280,6 +310,7 @@ def collect() -> Dict[str, dict]:
         result["G"], result["lr"] = g, lr
         result["machine_hours"] = sum(i["wall_seconds"] for i in infos) / 3600
         result["cost"] = cost_beside_baseline({(i["method"], i["seed"]): run_cost(folder, i) for i in infos})
+        result["controls"] = against_controls(folder, infos)
         result["curves"] = {f"{i['method']}-seed{i['seed']}": [
             {k: r.get(k) for k in ("step", "copo_zero_std", "copo_signal_copo", "copo_correct",
                                    "dynamic_filtering_pass_rate")}
@@ -521,6 +552,9 @@ def report() -> Dict[str, dict]:
                  "", compare.markdown(res), "",
                  "Accuracy beside cost (each ratio over the seeds both finished, their range in brackets; tokens are "
                  "counted, the times were taken on a machine shared with other work):", "", cost_markdown(res), ""]
+        if res["controls"]:
+            text += ["Against its budget control (the same seeds, prompts and steps; docs/benchmarks.md, \"The budget "
+                     "control\"):", "", controls_markdown(res), ""]
     table = which_method_when_with_notes(results)
     text += ["## Which method when", "", table, ""]
     README.write_text(readme_with_table(README.read_text(), which_method_when_with_notes(results, diagnostics=False)))
