@@ -196,21 +196,37 @@ def test_a_rerun_does_not_touch_a_run_folder_whose_child_is_still_running(tmp_pa
 # --- failures, markers, method flags ---
 
 
-def test_a_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
-    """GRPO finished before; COPO and DAPO fail (the real train_ppo_ray refuses them in one line at its start: on
-    this machine its device step, before the preflight that would name the missing model folder). Before, the first failure ended the sweep. Now both are tried and recorded with their exit code
-    and log, the command exits 1 listing them, and the report covers GRPO."""
+#: The training child of one run refuses at once, as the real CLI refuses, without its start-up (about 8 s of a core
+#: here); every other child is the real interpreter.
+REFUSE_ONE = textwrap.dedent("""
+    import os, sys
+    if "{run}" in " ".join(sys.argv):
+        sys.exit("python -m openrlhf_copo.cli.train_ppo_ray: error: refused by the test's stand-in")
+    os.execv({python!r}, [{python!r}, *sys.argv[1:]])
+""")
+
+
+def test_a_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys, monkeypatch):
+    """GRPO finished before; COPO and DAPO fail. COPO's child is the real train_ppo_ray, which refuses in one line at
+    its start (on this machine its device step, before the preflight that would name the missing model folder); DAPO's
+    is a stand-in that refuses at once. Before, the first failure ended the sweep. Now both are tried and recorded with
+    their exit code and log, the command exits 1 listing them, and the report covers GRPO."""
     s = setting(tmp_path)
     out = tmp_path / "out"
     finished(out, "grpo", 0, s)
+    stand_in = tmp_path / "python"
+    stand_in.write_text(f"#!{sys.executable}\n" + REFUSE_ONE.format(run=out / "dapo-seed0", python=sys.executable))
+    stand_in.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(stand_in))
     argv = ["--model", s.model, "--train_data", str(s.train), "--eval_data", str(s.test), "--methods", "grpo",
             "copo", "dapo", "--seeds", "0", "--prompts_per_step", "4", "--steps", "2", "--out", str(out)]
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
-    for method in ("copo", "dapo"):
+    for method, refusal in (("copo", "python -m openrlhf_copo.cli.train_ppo_ray: error: the actors run on the CPU path"),
+                            ("dapo", "error: refused by the test's stand-in")):
         failed = json.loads((out / f"{method}-seed0" / "failed.json").read_text())
         assert failed["returncode"] != 0 and failed["log"] == str(out / f"{method}-seed0" / "train.log")
-        assert "python -m openrlhf_copo.cli.train_ppo_ray: error:" in Path(failed["log"]).read_text()
+        assert refusal in Path(failed["log"]).read_text()
         assert f"failed: {method}-seed0 (exit {failed['returncode']}); log: {failed['log']}" in err
         assert not (out / f"{method}-seed0" / "run.lock").exists()
     assert "2 run(s) failed" in err
