@@ -295,9 +295,10 @@ def submit_runtime_env(working_dir: Path, *argv: str) -> dict:
     return json.loads(out.stdout)
 
 
-def kill_policy_actor_mid_run(cmd: list, metrics_file: Path, env: dict, prefix: str) -> tuple:
-    """Start a training run (``cmd``), SIGKILL its DeepSpeed actor once a step is logged to ``metrics_file``, and
-    return (the lines of its stderr that start with ``prefix``, the killed pids, the return code). Fails on a hang."""
+def kill_policy_actor_mid_run(cmd: list, trigger: Path, env: dict, prefix: str) -> tuple:
+    """Start a training run (``cmd``), SIGKILL its DeepSpeed actor once the file ``trigger`` exists (the metrics file:
+    a step is logged; DeepSpeed's ``latest``: a checkpoint is complete), and return (the lines of its stderr that start
+    with ``prefix``, the killed pids, the return code). Fails on a hang."""
     import os
     import signal
     import subprocess
@@ -305,11 +306,11 @@ def kill_policy_actor_mid_run(cmd: list, metrics_file: Path, env: dict, prefix: 
 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 600
-    while time.time() < deadline and not metrics_file.exists() and proc.poll() is None:
+    while time.time() < deadline and not trigger.exists() and proc.poll() is None:
         time.sleep(1)
-    if not metrics_file.exists():
+    if not trigger.exists():
         proc.kill()
-        raise AssertionError("no step completed: " + proc.communicate()[1][-3000:])
+        raise AssertionError(f"no {trigger.name} was written: " + proc.communicate()[1][-3000:])
     ours = descendants(proc.pid)  # this run's Ray cluster only: another job's actors on this machine are not ours
     victims = [pid for pid in subprocess.run(["pgrep", "-f", "ray::PolicyModelActor"], capture_output=True,
                                              text=True).stdout.split() if int(pid) in ours]

@@ -36,8 +36,10 @@ BATCH_METRICS = ["copo_zero_std", "copo_all_correct", "copo_all_incorrect", "cop
 def runs(first_run, tmp_path_factory):
     trained_dir, model, data, trained = first_run
     tmp = tmp_path_factory.mktemp("probe")
-    # the rows the run trained on (its --data.max_samples 4 keeps the file's first 4), as the probe's whole file
-    rows = data.read_text().splitlines()[:4]
+    # the rows the run trained on, as the probe's whole file: its --data.max_samples (tests/e2e/conftest.py's
+    # MAX_SAMPLES) keeps the file's first ones, and its last step says how many it consumed
+    consumed = int(metrics(trained_dir)[-1]["prompts_consumed"]) if trained.returncode == 0 else 0
+    rows = data.read_text().splitlines()[:consumed]
     (tmp / "prompts.jsonl").write_text("\n".join(rows) + "\n")
     cmd = [sys.executable, "-m", "openrlhf_copo.cli.probe", "--model", model, "--train_data", str(tmp / "prompts.jsonl"),
            "--reward", str(REPO / "tests" / "fixtures" / "parity_reward.py"), "--samples_per_prompt", str(G),

@@ -106,49 +106,56 @@ def assert_synced_after_updates(rows, at_least: int = 0):
         assert b["copo_rollout_logprob_absdiff"] < 1e-3, (a["step"], b["copo_rollout_logprob_absdiff"])
 
 
-def test_checkpoint_resumes_from_the_saved_step_with_the_same_settings(run):
+def test_a_checkpoint_saved_with_other_copo_settings_is_refused(run):
+    """The first run's checkpoint, resumed with another gamma: refused in one line at the start. The resume with the
+    same settings is the killed-worker test's last run, below: one training run fewer than when this test resumed the
+    first run itself."""
     tmp, model, data, first = run
     assert first.returncode == 0
     refused = train(tmp, model, data, 6, "--copo.gamma", "5", "--ds.param_dtype", "fp32")
     assert refused.returncode == 2
     assert "was saved with other COPO settings (gamma: 20.0 -> 5.0)" in refused.stderr.strip().splitlines()[-1]
-    # with an evaluation every 2 steps, step 3 is evaluated only because it is the last (--copo.eval_after_train)
-    resumed = train(tmp, model, data, 6, "--ds.param_dtype", "fp32", "--eval.dataset", str(data), "--eval.steps", "2",
-                    "--copo.eval_greedy", "--copo.eval_after_train")
-    assert resumed.returncode == 0, (tmp / "train.log").read_text()[-4000:]
-    assert [r["step"] for r in metrics(tmp)] == [1, 2, 3]  # went on at step 3, did not redo 1-2
-    assert [r["prompts_consumed"] for r in metrics(tmp)] == [2, 4, 6]  # generated samples: x 4
-    assert [r["step"] for r in all_rows(tmp) if r.get("eval")] == [0, 2, 3]
-    assert len(all_rows(tmp)[-1]["eval_default_greedy_outcomes"]) == 6
-    # the resumed run's engine samples step 3 with the checkpoint's weights (synced after loading them)
-    assert_synced_after_updates(metrics(tmp), at_least=1)
 
 
 def test_killed_worker_stops_the_run_in_one_line_and_the_checkpoint_resumes(tmp_path):
-    """Kill the DeepSpeed actor's process mid-run: no hang, a one-line reason, the saved checkpoint resumes."""
+    """Kill the DeepSpeed actor's process mid-run, once a checkpoint is complete: no hang, a one-line reason. The rerun
+    resumes from the last complete checkpoint: it goes on at the step after it, consumes the prompts after it, syncs
+    the checkpoint's weights to the engine, and evaluates at the last step because it is the last
+    (--copo.eval_after_train). It is also the resume test with the same settings (the first run's folder is resumed
+    only with other ones, above)."""
     import os
 
     model = tiny_qwen2(tmp_path / "tiny-model")
     data = write_prompts(tmp_path / "prompts.jsonl", 6)
-    argv_extra = ("--train.num_episodes", "3")  # room for many steps: the kill comes first
+    # 6 steps, room for the kill after step 1's checkpoint; an evaluation every 4 steps, so step 6 is evaluated only as
+    # the last
+    argv_extra = ("--train.num_episodes", "2", "--eval.dataset", str(data), "--eval.steps", "4",
+                  "--copo.eval_greedy", "--copo.eval_after_train")
     cmd = [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *train_argv(tmp_path, model, data, 6, *argv_extra)]
+    latest = tmp_path / "ckpt" / "_actor" / "latest"  # DeepSpeed writes it once a checkpoint is complete
     reason, victims, returncode, err = kill_policy_actor_mid_run(
-        cmd, tmp_path / "metrics.jsonl", {**os.environ, "HF_HUB_OFFLINE": "1"},
+        cmd, latest, {**os.environ, "HF_HUB_OFFLINE": "1"},
         "python -m openrlhf_copo.cli.train_ppo_ray: error: training stopped:")
     assert returncode != 0
     assert len(reason) == 1, err[-3000:]
     assert re.search(r"PolicyModelActor \(pid (\d+)\) died", reason[0]).group(1) in victims, reason[0]
     assert f"checkpoints under {tmp_path / 'ckpt'} are as last saved" in reason[0]
-    # The kill may land while a checkpoint is being written: DeepSpeed's `latest` names the last complete one.
-    latest = tmp_path / "ckpt" / "_actor" / "latest"
-    expected_first = int(latest.read_text().strip().removeprefix("global_step")) + 1 if latest.exists() else 1
-    steps_before = [r["step"] for r in metrics(tmp_path)]
+    # The kill may land while a later checkpoint is being written: `latest` names the last complete one.
+    expected_first = int(latest.read_text().strip().removeprefix("global_step")) + 1
+    assert 2 <= expected_first <= 6, expected_first
+    rows_before = len(all_rows(tmp_path))
     resumed = train(tmp_path, model, data, 6, *argv_extra)
     assert resumed.returncode == 0, (tmp_path / "train.log").read_text()[-3000:]
-    steps_after = [r["step"] for r in metrics(tmp_path)][len(steps_before):]
-    assert steps_after and steps_after[0] == expected_first, (steps_before, steps_after)
-    if expected_first == 1:  # killed during the first save: the partial checkpoint was kept aside, not resumed
-        assert list((tmp_path / "ckpt").glob("_actor.incomplete-*"))
+    after = all_rows(tmp_path)[rows_before:]
+    steps = [r for r in after if not r.get("eval")]
+    assert [r["step"] for r in steps] == list(range(expected_first, 7)), (expected_first, after)
+    assert [r["prompts_consumed"] for r in steps] == [2 * r["step"] for r in steps]  # did not redo a prompt
+    assert [r["step"] for r in after if r.get("eval")] == [s for s in (4, 6) if s >= expected_first]
+    assert len(after[-1]["eval_default_greedy_outcomes"]) == 6
+    # the resumed run's engine samples its first step with the checkpoint's weights (synced after loading them), and
+    # every later step with the weights of the step before
+    assert steps[0]["copo_rollout_logprob_absdiff"] < 1e-3, steps[0]["copo_rollout_logprob_absdiff"]
+    assert_synced_after_updates(steps, at_least=1)
 
 
 def test_a_checkpoint_without_latest_is_moved_aside_not_resumed(tmp_path, load_args):
