@@ -272,16 +272,16 @@ CONTROLS = {"reinforce_ada": "grpo_4xg"}
 
 
 def against_controls(folder: Path, infos: List[dict]) -> Dict[str, dict]:
-    """Each method of `CONTROLS` minus its control at the final evaluation, paired over the seeds both finished (as
-    each method minus GRPO is: `compare.paired_over_seeds`); {"reinforce_ada - grpo_4xg": ...} where both ran."""
-    wanted = set(CONTROLS) | set(CONTROLS.values())
-    points = [(r, compare.final_point(r)) for r in (compare.read_run(folder, i) for i in infos if i["method"] in wanted)]
-    final = {(r["method"], r["seed"]): p for r, p in points if p and p["outcomes"]}
+    """Each method of `CONTROLS` minus its control at the final evaluation, paired over the seeds both finished: the
+    tool's own report with the control as its baseline (`compare.report`), as each method minus GRPO is;
+    {"reinforce_ada - grpo_4xg": ...} where both ran."""
     out = {}
     for method, control in CONTROLS.items():
-        d = compare.paired_over_seeds(final, method, control)
-        if d:
-            out[f"{method} - {control}"] = d
+        pair = [i for i in infos if i["method"] in (method, control)]
+        if {i["method"] for i in pair} == {method, control}:
+            d = compare.report(folder, pair, baseline=control)["table"][method]["minus_baseline"]
+            if d:
+                out[f"{method} - {control}"] = d
     return out
 
 
