@@ -18,6 +18,8 @@ from quick_tier import descendants  # noqa: F401  (the end-to-end tests kill the
 
 REPO = Path(__file__).resolve().parents[1]
 REWARD_FILE = REPO / "openrlhf_copo" / "rewards" / "math_reward.py"
+#: Where tests/fixtures/recording_reward.py records the responses of a run it scores (COPO_TEST_RECORD): in its folder.
+RECORDED_RESPONSES = "responses.jsonl"
 
 
 def load_by_path(path):

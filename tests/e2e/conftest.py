@@ -1,10 +1,11 @@
 """The first end-to-end run, shared by the tests that read it: tests/e2e/test_train_ppo_ray_cpu.py (its metrics,
-evaluation, weights, wandb file and checkpoint) and tests/e2e/test_probe_cpu.py (its step 1, against the probe)."""
+evaluation, weights, wandb file and checkpoint), tests/e2e/test_probe_cpu.py (its step 1, against the probe) and
+tests/e2e/test_reinforce_ada_cpu.py (its step 1's responses, against Reinforce-Ada's first round)."""
 
 import pytest
 
 from openrlhf_copo.cpu_demo.models import tiny_qwen2
-from tests_support import train, write_prompts
+from tests_support import RECORDED_RESPONSES, REPO, train, write_prompts
 
 #: The first run also evaluates (before training and at step 2), trains in fp32 (the CPU path's
 #: --ds.param_dtype), draws seeded rollouts, and logs to wandb in offline mode (no network), as a user turning wandb
@@ -17,6 +18,10 @@ FIRST_RUN_EXTRA = ("--eval.steps", "2", "--eval.n_samples_per_prompt", "2", "--e
                    "--logger.wandb.run_name", "e2e")
 #: Its prompts: 6 in the file, of which --data.max_samples 4 are trained on (2 steps of 2 prompts x 4 samples).
 ROWS, MAX_SAMPLES = 6, 4
+#: Its reward: the parity reward, through the fixture that also records every response it scores (to
+#: RECORDED_RESPONSES in the run's folder), so that a run of another method with the same seed can be compared with it
+#: response by response.
+RECORDING_REWARD = REPO / "tests" / "fixtures" / "recording_reward.py"
 
 
 @pytest.fixture(scope="session")
@@ -30,5 +35,7 @@ def first_run(tmp_path_factory):
     held_out = write_prompts(tmp / "held_out.jsonl", ROWS + 4)
     held_out.write_text("\n".join(held_out.read_text().splitlines()[ROWS:]) + "\n")
     first = train(tmp, model, data, MAX_SAMPLES, "--eval.dataset", str(held_out), *FIRST_RUN_EXTRA,
-                  env={"WANDB_MODE": "offline", "WANDB_DIR": str(tmp), "WANDB_SILENT": "true"})
+                  "--reward.remote_url", str(RECORDING_REWARD),
+                  env={"WANDB_MODE": "offline", "WANDB_DIR": str(tmp), "WANDB_SILENT": "true",
+                       "COPO_TEST_RECORD": str(tmp / RECORDED_RESPONSES), "COPO_TEST_SCORER": "parity_reward.py"})
     return tmp, model, data, first

@@ -2,7 +2,8 @@
 pipeline (vLLM-CPU engine, the reward in the engine actor, DeepSpeed actor), as `python -m
 openrlhf_copo.cli.train_ppo_ray` runs it. A reward file records every response it scores, so that the test sees
 the rounds themselves: their count and size against the logged metrics, and, under --copo.seeded_rollouts, a first
-round equal to a GRPO run's with the same seed."""
+round equal to that of a run of another method with the same seed, model and prompts: the first end-to-end run's
+(tests/e2e/conftest.py: COPO, whose rollout is OpenRLHF's own single round, as GRPO's is)."""
 
 import json
 import math
@@ -10,13 +11,12 @@ from collections import Counter
 
 import pytest
 
-from openrlhf_copo.cpu_demo.models import tiny_qwen2
-from tests_support import REPO, metrics, train, write_prompts
+from tests_support import RECORDED_RESPONSES, REPO, metrics, train
 
 pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
 
 FIXTURES = REPO / "tests" / "fixtures"
-#: one step of 2 prompts x G = 4, rounds of 4 up to 12 responses per prompt
+#: rounds of 4 up to 12 responses per prompt, for prompts of 2 x G = 4 per step
 ADA = ("--advantage_estimator", "reinforce_ada", "--copo.ada_round_size", "4", "--copo.ada_budget", "12",
        "--actor.eps_clip_low_high", "0.2", "0.28")
 COMMON = ("--ckpt.save_steps", "-1", "--ds.param_dtype", "fp32", "--copo.seeded_rollouts",
@@ -24,48 +24,60 @@ COMMON = ("--ckpt.save_steps", "-1", "--ds.param_dtype", "fp32", "--copo.seeded_
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("reinforce-ada")
-    return tmp, tiny_qwen2(tmp / "tiny-model"), write_prompts(tmp / "prompts.jsonl", 4)
+def setup(first_run, tmp_path_factory):
+    """(folder, the first run's model, prompts and folder): Reinforce-Ada's runs train the first run's model on its
+    prompts."""
+    first_dir, model, data, first = first_run
+    assert first.returncode == 0, (first_dir / "train.log").read_text()[-4000:]
+    return tmp_path_factory.mktemp("reinforce-ada"), model, data, first_dir
 
 
-def run(base, name, model, data, *extra, scorer="parity_reward.py"):
+def responses(path):
+    """The recorded (prompt, response) pairs, in the order they were scored."""
+    return [(r["prompt"], r["response"]) for r in map(json.loads, path.read_text().splitlines())]
+
+
+def run(base, name, model, data, max_samples, *extra, scorer="parity_reward.py"):
     tmp = base / name
     tmp.mkdir()
-    record = tmp / "responses.jsonl"
-    out = train(tmp, model, data, 2, *COMMON, *extra,
+    record = tmp / RECORDED_RESPONSES
+    out = train(tmp, model, data, max_samples, *COMMON, *extra,
                 env={"COPO_TEST_RECORD": str(record), "COPO_TEST_SCORER": scorer})
     assert out.returncode == 0, (tmp / "train.log").read_text()[-4000:]
     by_prompt = {}
-    for line in record.read_text().splitlines():
-        r = json.loads(line)
-        by_prompt.setdefault(r["prompt"], []).append(r["response"])
+    for prompt, response in responses(record):
+        by_prompt.setdefault(prompt, []).append(response)
     return metrics(tmp), by_prompt, out
 
 
-def test_rounds_are_drawn_logged_and_start_with_grpos_first_round(setup):
-    base, model, data = setup
-    grpo_rows, grpo, _ = run(base, "grpo", model, data, "--copo.mode", "grpo")
-    rows, ada, out = run(base, "ada", model, data, *ADA)
-    assert [r["step"] for r in rows] == [1] == [r["step"] for r in grpo_rows]
-    row = rows[0]
-    # the same two prompts; each drew G = 4 under GRPO, and 4, 8 or 12 under Reinforce-Ada (rounds of 4, budget 12)
-    assert set(ada) == set(grpo) and len(ada) == 2
-    assert all(len(v) == 4 for v in grpo.values())
-    drawn = sorted(len(v) for v in ada.values())
-    assert all(n in (4, 8, 12) for n in drawn)
-    # what was logged is what was drawn
-    assert row["copo_ada_drawn"] == pytest.approx(sum(drawn) / 2) and row["copo_ada_drawn_max"] == drawn[-1]
-    assert row["copo_ada_rounds"] == 1 + (drawn[-1] - 4) // 4
-    assert 0 <= row["copo_ada_resolved"] <= 1 and row["copo_ada_tokens"] >= row["copo_ada_tokens_first_round"] > 0
-    assert (row["copo_ada_tokens"] > row["copo_ada_tokens_first_round"]) == (drawn[-1] > 4)
+def test_rounds_are_drawn_logged_and_start_with_the_first_round_of_another_method(setup):
+    base, model, data, first_dir = setup
+    # the first run's --data.max_samples (the file's first rows), as many as it consumed: the same prompts in the same
+    # order at the same seed
+    rows, ada, out = run(base, "ada", model, data, int(metrics(first_dir)[-1]["prompts_consumed"]), *ADA)
+    assert [r["step"] for r in rows] == [1, 2]
+    # the first run's training draws (its held-out prompts are none of these): 2 steps of 2 prompts x G = 4
+    first = [(p, r) for p, r in responses(first_dir / RECORDED_RESPONSES) if p in ada]
+    assert len(first) == 16 and set(ada) == {p for p, _ in first} and len(ada) == 4
+    step1 = {p for p, _ in first[:8]}
+    assert len(step1) == 2 and all(len([1 for p, _ in first if p == q]) == 4 for q in ada)
+    # each prompt drew 4, 8 or 12 under Reinforce-Ada (rounds of 4, budget 12); what was logged is what was drawn
+    for row, prompts in zip(rows, (step1, set(ada) - step1)):
+        drawn = sorted(len(ada[p]) for p in prompts)
+        assert all(n in (4, 8, 12) for n in drawn)
+        assert row["copo_ada_drawn"] == pytest.approx(sum(drawn) / 2) and row["copo_ada_drawn_max"] == drawn[-1]
+        assert row["copo_ada_rounds"] == 1 + (drawn[-1] - 4) // 4
+        assert 0 <= row["copo_ada_resolved"] <= 1 and row["copo_ada_tokens"] >= row["copo_ada_tokens_first_round"] > 0
+        assert (row["copo_ada_tokens"] > row["copo_ada_tokens_first_round"]) == (drawn[-1] > 4)
+        assert math.isfinite(row["policy_loss"]) and row["copo_w_local"] == 1 and row["copo_w_global"] == 0
     assert "openrlhf_copo: reinforce_ada: " in out.stderr
-    # seeded rollouts: the first round is GRPO's, response for response; later rounds are new draws
-    for prompt, responses in grpo.items():
-        assert not Counter(responses) - Counter(ada[prompt]), prompt
-        # and every later draw has a seed of its own (a reused seed would repeat a response of the tiny random model)
-        assert len(set(ada[prompt])) == len(ada[prompt]), prompt
-    assert math.isfinite(row["policy_loss"]) and row["copo_w_local"] == 1 and row["copo_w_global"] == 0
+    # seeded rollouts: step 1's first round is the other method's step 1, response for response (both drew it from
+    # the start's weights); later rounds are new draws
+    for prompt in step1:
+        assert not Counter(r for p, r in first[:8] if p == prompt) - Counter(ada[prompt]), prompt
+    # every draw has a seed of its own (a reused seed would repeat a response of the tiny random model)
+    for prompt, drawn in ada.items():
+        assert len(set(drawn)) == len(drawn), prompt
 
 
 def test_a_prompt_that_never_resolves_draws_the_whole_budget(setup):
@@ -74,9 +86,9 @@ def test_a_prompt_that_never_resolves_draws_the_whole_budget(setup):
     `reinforce_ada_copo` (issue 52, part 4), whose rounds are Reinforce-Ada's, so that its estimator goes through the
     real CLI without a run of its own: its global term trains both prompts, the all-correct pool (label 0: rate 1) and
     the all-incorrect one (label 2: rate 0, zero control: w_global 1), at +1 and -1."""
-    base, model, data = setup
+    base, model, data, _ = setup
     combined = ("--advantage_estimator", "reinforce_ada_copo") + ADA[2:]
-    rows, ada, out = run(base, "never", model, data, *combined, scorer="uniform_reward.py")
+    rows, ada, out = run(base, "never", model, data, 2, *combined, scorer="uniform_reward.py")
     row = rows[0]
     assert sorted(len(v) for v in ada.values()) == [12, 12]
     assert (row["copo_ada_rounds"], row["copo_ada_drawn"], row["copo_ada_drawn_max"]) == (3, 12, 12)

@@ -117,34 +117,53 @@ def test_a_checkpoint_saved_with_other_copo_settings_is_refused(run):
     assert "was saved with other COPO settings (gamma: 20.0 -> 5.0)" in refused.stderr.strip().splitlines()[-1]
 
 
-def test_killed_worker_stops_the_run_in_one_line_and_the_checkpoint_resumes(tmp_path):
+#: The released code's switches (docs/paper.md): `soft-with-forced` with `only-soft-with-coef`'s kappa, their std,
+#: their "incorrect" and their answer-string buckets, gamma and rho of their script, and dual clip. The killed run
+#: trains with them, so that they go through the real pipeline without a run of their own (the parity reward's groups
+#: are mixed).
+RELEASED_SWITCHES = ("--copo.zero_control", "uniform", "--copo.global_coef", "0.1", "--copo.std", "unbiased",
+                     "--copo.incorrect", "reward", "--copo.answer_buckets", "string", "--copo.gamma", "5",
+                     "--copo.rho", "1", "--actor.dual_clip", "3")
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(tmp_path_factory):
+    """A run whose DeepSpeed actor is killed once a checkpoint is complete, then run again with the same command line:
+    (folder, the killed run's one-line reason, the pids killed, its exit code, its stderr, the step the rerun starts
+    at, the metrics rows written before the rerun, the rerun's process)."""
+    import os
+
+    tmp = tmp_path_factory.mktemp("killed")
+    model = tiny_qwen2(tmp / "tiny-model")
+    data = write_prompts(tmp / "prompts.jsonl", 6)
+    # 6 steps, room for the kill after step 1's checkpoint; an evaluation every 4 steps, so step 6 is evaluated only as
+    # the last
+    argv_extra = ("--train.num_episodes", "2", "--eval.dataset", str(data), "--eval.steps", "4",
+                  "--copo.eval_greedy", "--copo.eval_after_train", *RELEASED_SWITCHES)
+    cmd = [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *train_argv(tmp, model, data, 6, *argv_extra)]
+    latest = tmp / "ckpt" / "_actor" / "latest"  # DeepSpeed writes it once a checkpoint is complete
+    reason, victims, returncode, err = kill_policy_actor_mid_run(
+        cmd, latest, {**os.environ, "HF_HUB_OFFLINE": "1"},
+        "python -m openrlhf_copo.cli.train_ppo_ray: error: training stopped:")
+    # The kill may land while a later checkpoint is being written: `latest` names the last complete one.
+    expected_first = int(latest.read_text().strip().removeprefix("global_step")) + 1
+    rows_before = len(all_rows(tmp))
+    resumed = train(tmp, model, data, 6, *argv_extra)
+    return tmp, reason, victims, returncode, err, expected_first, rows_before, resumed
+
+
+def test_killed_worker_stops_the_run_in_one_line_and_the_checkpoint_resumes(killed_and_resumed):
     """Kill the DeepSpeed actor's process mid-run, once a checkpoint is complete: no hang, a one-line reason. The rerun
     resumes from the last complete checkpoint: it goes on at the step after it, consumes the prompts after it, syncs
     the checkpoint's weights to the engine, and evaluates at the last step because it is the last
     (--copo.eval_after_train). It is also the resume test with the same settings (the first run's folder is resumed
     only with other ones, above)."""
-    import os
-
-    model = tiny_qwen2(tmp_path / "tiny-model")
-    data = write_prompts(tmp_path / "prompts.jsonl", 6)
-    # 6 steps, room for the kill after step 1's checkpoint; an evaluation every 4 steps, so step 6 is evaluated only as
-    # the last
-    argv_extra = ("--train.num_episodes", "2", "--eval.dataset", str(data), "--eval.steps", "4",
-                  "--copo.eval_greedy", "--copo.eval_after_train")
-    cmd = [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *train_argv(tmp_path, model, data, 6, *argv_extra)]
-    latest = tmp_path / "ckpt" / "_actor" / "latest"  # DeepSpeed writes it once a checkpoint is complete
-    reason, victims, returncode, err = kill_policy_actor_mid_run(
-        cmd, latest, {**os.environ, "HF_HUB_OFFLINE": "1"},
-        "python -m openrlhf_copo.cli.train_ppo_ray: error: training stopped:")
+    tmp_path, reason, victims, returncode, err, expected_first, rows_before, resumed = killed_and_resumed
     assert returncode != 0
     assert len(reason) == 1, err[-3000:]
     assert re.search(r"PolicyModelActor \(pid (\d+)\) died", reason[0]).group(1) in victims, reason[0]
     assert f"checkpoints under {tmp_path / 'ckpt'} are as last saved" in reason[0]
-    # The kill may land while a later checkpoint is being written: `latest` names the last complete one.
-    expected_first = int(latest.read_text().strip().removeprefix("global_step")) + 1
     assert 2 <= expected_first <= 6, expected_first
-    rows_before = len(all_rows(tmp_path))
-    resumed = train(tmp_path, model, data, 6, *argv_extra)
     assert resumed.returncode == 0, (tmp_path / "train.log").read_text()[-3000:]
     after = all_rows(tmp_path)[rows_before:]
     steps = [r for r in after if not r.get("eval")]
@@ -156,6 +175,20 @@ def test_killed_worker_stops_the_run_in_one_line_and_the_checkpoint_resumes(tmp_
     # every later step with the weights of the step before
     assert steps[0]["copo_rollout_logprob_absdiff"] < 1e-3, steps[0]["copo_rollout_logprob_absdiff"]
     assert_synced_after_updates(steps, at_least=1)
+
+
+def test_a_released_switch_with_their_conventions_trains(killed_and_resumed):
+    """The killed run and its rerun train under the released code's switches (`RELEASED_SWITCHES`): every step of both
+    is finite and obeys them."""
+    tmp_path, *_, resumed = killed_and_resumed
+    assert resumed.returncode == 0, (tmp_path / "train.log").read_text()[-3000:]
+    rows = metrics(tmp_path)
+    assert {r["step"] for r in rows} == set(range(1, 7))
+    for row in rows:
+        # kappa 0.1: every response's global weight is at most 0.1
+        assert 0 <= row["copo_w_global"] <= 0.1 + 1e-6 and math.isfinite(row["policy_loss"])
+        # string ids are length mod 5: an entropy over at most 4 responses' buckets, up to log2(4) = 2 bits
+        assert 0 <= row["copo_entropy"] <= 2 + 1e-6
 
 
 def test_a_checkpoint_without_latest_is_moved_aside_not_resumed(tmp_path, load_args):

@@ -3,8 +3,8 @@ actor, vLLM-CPU engine, experience maker, the COPO loss), as `python -m openrlhf
 
 - the zero-variance peers: `rl_zvp`, whose second term needs the policy's token entropy from OpenRLHF's training
   forward, on a reward where every group has zero variance (so GRPO would learn nothing and RL-ZVP's term is all);
-- the released code's switches: `soft-with-forced` with `only-soft-with-coef`'s kappa, their std, their
-  "incorrect" and their answer-string buckets (docs/paper.md), on the parity reward (mixed groups)."""
+- the released code's switches train in the CLI's killed-worker run and its rerun
+  (tests/e2e/test_train_ppo_ray_cpu.py, `RELEASED_SWITCHES`), which asserts what a run of their own here did."""
 
 import math
 
@@ -43,21 +43,3 @@ def test_rl_zvp_trains_on_groups_grpo_learns_nothing_from(setup):
         assert math.isfinite(row["policy_loss"]) and row["actor_grad_norm"] > 0
     trained = load_weights(tmp / "final")
     assert any(not torch.equal(v, trained[k]) for k, v in load_weights(model).items() if k in trained)
-
-
-def test_a_released_switch_with_their_conventions_trains(setup):
-    base, model, data = setup
-    tmp = base / "released"
-    tmp.mkdir()
-    out = train(tmp, model, data, 4, "--advantage_estimator", "copo", "--copo.zero_control", "uniform",
-                "--copo.global_coef", "0.1", "--copo.std", "unbiased", "--copo.incorrect", "reward",
-                "--copo.answer_buckets", "string", "--copo.gamma", "5", "--copo.rho", "1", "--actor.dual_clip", "3",
-                *FAST)
-    assert out.returncode == 0, (tmp / "train.log").read_text()[-4000:]
-    rows = metrics(tmp)
-    assert [r["step"] for r in rows] == [1, 2]
-    for row in rows:
-        # kappa 0.1: every response's global weight is at most 0.1
-        assert 0 <= row["copo_w_global"] <= 0.1 + 1e-6 and math.isfinite(row["policy_loss"])
-        # string ids are length mod 5: an entropy over at most 4 responses' buckets, up to log2(4) = 2 bits
-        assert 0 <= row["copo_entropy"] <= 2 + 1e-6
