@@ -57,8 +57,10 @@ free_port() {
 stop() {
   [ -f "$PGIDS" ] || { echo "ray_cluster.sh: no cluster started from $DIR"; return 0; }
   local pgid
+  # SIGTERM, then SIGKILL to what is left after 2 s: Ray's own shutdown gives each process 1 s, and a node's GCS server
+  # and autoscaler monitor do not exit on SIGTERM at all (still there 21 s after it), so waiting longer only waits.
   for pgid in $(cat "$PGIDS"); do kill -TERM -- "-$pgid" 2>/dev/null || true; done
-  for _ in $(seq 20); do
+  for _ in $(seq 4); do
     local alive=0
     for pgid in $(cat "$PGIDS"); do kill -0 -- "-$pgid" 2>/dev/null && alive=1; done
     [ "$alive" = 0 ] && break

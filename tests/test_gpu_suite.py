@@ -105,8 +105,8 @@ def _start_cluster(name: str) -> tuple:
     return nodes, port, temp
 
 
-def _answers(port: int, tries: int = 6) -> bool:
-    """Whether the cluster at ``port`` answers `ray status`, asked up to ``tries`` times 5 s apart: on a loaded
+def _answers(port: int, tries: int = 20) -> bool:
+    """Whether the cluster at ``port`` answers `ray status`, asked up to ``tries`` times 1.5 s apart: on a loaded
     machine a head just started did not answer at once (a CI-style run of 2026-11-27)."""
     import time
 
@@ -116,7 +116,7 @@ def _answers(port: int, tries: int = 6) -> bool:
         if out.returncode == 0 and "Resources" in out.stdout:
             return True
         if attempt + 1 < tries:
-            time.sleep(5)
+            time.sleep(1.5)
     return False
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -76,11 +77,16 @@ class RayNodes:
         self.ray = ray
         self.groups = []
 
-    def start(self, *args: str, env=None, timeout: float = 300) -> None:
-        proc = subprocess.Popen([self.ray, "start", *args], env=env, start_new_session=True)
+    def start(self, *args: str, env=None, timeout: float = 300, log: Path = None) -> None:
+        """`ray start *args`; its output to the file ``log`` if given (not a pipe: the node's processes would hold it
+        open), else to this process's."""
+        with open(log, "w") if log else contextlib.nullcontext() as out:
+            proc = subprocess.Popen([self.ray, "start", *args], env=env, start_new_session=True, stdout=out,
+                                    stderr=subprocess.STDOUT if log else None)
         self.groups.append(proc.pid)  # a session leader: its pid is its process group's id
         if proc.wait(timeout=timeout) != 0:
-            raise RuntimeError(f"`ray start {' '.join(args)}` failed (exit {proc.returncode})")
+            tail = f": {Path(log).read_text()[-3000:]}" if log else ""
+            raise RuntimeError(f"`ray start {' '.join(args)}` failed (exit {proc.returncode}){tail}")
 
     def alive(self) -> list:
         """The process groups of these nodes that still have a process."""
@@ -93,8 +99,11 @@ class RayNodes:
                 pass
         return out
 
-    def stop(self, grace_s: float = 20) -> None:
-        """SIGTERM to each node's process group, SIGKILL to what is left after ``grace_s``."""
+    def stop(self, grace_s: float = 2) -> None:
+        """SIGTERM to each node's process group, SIGKILL to what is left after ``grace_s``. Ray's own shutdown of a
+        cluster it started gives each process 1 s after SIGTERM (`Node.kill_all_processes`): a node's GCS server and
+        autoscaler monitor do not exit on SIGTERM at all (still there 21 s after it, 2026-11-28), so a longer grace
+        only waits."""
         import signal
         import time
 

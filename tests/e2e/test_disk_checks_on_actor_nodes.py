@@ -23,23 +23,26 @@ pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: l
 
 RAY = str(Path(sys.executable).parent / "ray")
 
-#: The driver's checks (the CLI's, in order) on a command line, in a process that joins the cluster at RAY_ADDRESS.
+#: The driver's checks (the CLI's, in order) on each of several command lines, one after the other in one process that
+#: joins the cluster at RAY_ADDRESS (unbuffered, its stderr into its stdout: one stream in the order written); each
+#: command line's lines are bracketed by "CASE <i>" and "END <i>".
 CHECKS = r"""
 import json, sys
 from openrlhf_copo.cli.train_ppo_ray import load_args
 from openrlhf_copo.openrlhf_ext import driver
-args = load_args(json.loads(sys.argv[1]))
-try:
-    driver.after_parse(args, driver.CLI)
-except driver.DriverError as e:
-    print("REFUSED " + str(e), flush=True)
-    sys.exit(0)
+for i, argv in enumerate(json.loads(sys.argv[1])):
+    print(f"CASE {i}", flush=True)
+    try:
+        driver.after_parse(load_args(argv), driver.CLI)
+    except driver.DriverError as e:
+        print("REFUSED " + str(e), flush=True)
+    print(f"END {i}", flush=True)
 import time
 from ray.util.state import list_tasks
 for _ in range(60):  # the state API learns of finished tasks a few seconds late
     tasks = [t for t in list_tasks(detail=True, limit=10000, raise_on_missing_output=False)
              if t.name.endswith("_remote_disk_checks")]
-    if tasks:
+    if len(tasks) >= len(json.loads(sys.argv[1])):
         break
     time.sleep(1)
 print("TASK_NODES " + json.dumps(sorted(t.node_id for t in tasks)), flush=True)
@@ -68,23 +71,33 @@ def cluster(tmp_path_factory):
         subprocess.run(script + ["stop"], env=env, capture_output=True, text=True, timeout=300)
 
 
-def checks(cluster, ckpt: Path) -> list:
-    argv = copo_argv("--copo.device", "auto", "--vllm.sync_backend", "gloo", "--vllm.num_engines", "1",
-                     "--actor.num_gpus_per_node", "1", "--ckpt.path", str(ckpt), "--ckpt.save_steps", "1",
-                     "--ckpt.load_enable")
-    env = {**cluster["env"], "RAY_ADDRESS": cluster["address"]}
-    out = subprocess.run([sys.executable, "-c", CHECKS, json.dumps(argv)], capture_output=True, text=True, env=env,
-                         cwd=REPO, timeout=900)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
-    return out.stdout.splitlines() + out.stderr.splitlines()
-
-
-def test_a_checkpoint_saved_with_other_settings_is_refused_where_the_actors_run(cluster):
-    ckpt = cluster["root"] / "resumed"
+@pytest.fixture(scope="module")
+def checked(cluster) -> dict:
+    """The driver's checks, run once for two checkpoint folders in one process (one import of OpenRLHF, not two):
+    "resumed" holds a checkpoint saved with other settings, "fresh" nothing. Returns each folder's lines, and the
+    nodes where every disk-check task of the cluster ran."""
+    cases = {"resumed": cluster["root"] / "resumed", "fresh": cluster["root"] / "fresh"}
+    ckpt = cases["resumed"]
     (ckpt / "_actor" / "global_step1").mkdir(parents=True)
     (ckpt / "_actor" / "latest").write_text("global_step1")
     (ckpt / "copo_settings.json").write_text(json.dumps({"estimator": "copo", "gamma": 5.0}))
-    lines = checks(cluster, ckpt)
+    argvs = [copo_argv("--copo.device", "auto", "--vllm.sync_backend", "gloo", "--vllm.num_engines", "1",
+                       "--actor.num_gpus_per_node", "1", "--ckpt.path", str(path), "--ckpt.save_steps", "1",
+                       "--ckpt.load_enable") for path in cases.values()]
+    env = {**cluster["env"], "RAY_ADDRESS": cluster["address"]}
+    out = subprocess.run([sys.executable, "-u", "-c", CHECKS, json.dumps(argvs)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO, timeout=900)
+    assert out.returncode == 0, out.stdout[-6000:]
+    lines = out.stdout.splitlines()
+    said = {}
+    for i, name in enumerate(cases):
+        said[name] = lines[lines.index(f"CASE {i}") + 1:lines.index(f"END {i}")]
+    (task_nodes,) = [json.loads(x.split(" ", 1)[1]) for x in lines if x.startswith("TASK_NODES ")]
+    return {**said, "task_nodes": task_nodes, "cases": cases}
+
+
+def test_a_checkpoint_saved_with_other_settings_is_refused_where_the_actors_run(cluster, checked):
+    ckpt, lines = checked["cases"]["resumed"], checked["resumed"]
     refused = [x for x in lines if x.startswith("REFUSED ")]
     assert len(refused) == 1, lines[-40:]
     assert refused[0].startswith(f"REFUSED {ckpt} was saved with other COPO settings (")
@@ -92,14 +105,12 @@ def test_a_checkpoint_saved_with_other_settings_is_refused_where_the_actors_run(
     assert re.search(rf"\(checked on \S+ \(node {cluster['worker'][:8]}\), where the actors run\)$", refused[0])
 
 
-def test_the_settings_file_is_written_by_a_task_on_the_actor_node_and_the_line_says_so(cluster):
-    ckpt = cluster["root"] / "fresh"
-    lines = checks(cluster, ckpt)
+def test_the_settings_file_is_written_by_a_task_on_the_actor_node_and_the_line_says_so(cluster, checked):
+    ckpt, lines = checked["cases"]["fresh"], checked["fresh"]
     assert not [x for x in lines if x.startswith("REFUSED ")], lines[-40:]
     said = [x for x in lines if x.startswith("openrlhf_copo: the resume guard and the preflight ran on ")]
     assert len(said) == 1 and re.fullmatch(
         "openrlhf_copo: the resume guard and the preflight ran on the 1 node\\(s\\) with GPU slots, where the actors "
         rf"run: \S+ \(node {cluster['worker'][:8]}\)", said[0]), lines[-40:]
-    (task_nodes,) = [json.loads(x.split(" ", 1)[1]) for x in lines if x.startswith("TASK_NODES ")]
-    assert set(task_nodes) == {cluster["worker"]}  # every disk-check task of the cluster (both tests') ran there
+    assert set(checked["task_nodes"]) == {cluster["worker"]}  # every disk-check task of the cluster (both cases') ran there
     assert json.loads((ckpt / "copo_settings.json").read_text())["estimator"] == "copo"

@@ -96,9 +96,14 @@ def train_one_step(load_args, model: str, world: int, experiences=None, zero_sta
     return before, after, experiences, status, moment
 
 
-@pytest.mark.usefixtures("ray_cpu")
-def test_two_ranks_give_the_parameters_of_one(load_args, model):
-    before, (single,), experiences, status, _ = train_one_step(load_args, model, 1)
+@pytest.fixture(scope="module")
+def one_rank(ray_cpu, load_args, model):
+    """The step on one rank under ZeRO-2, which both tests below compare with: with two ranks, and with ZeRO-0."""
+    return train_one_step(load_args, model, 1)
+
+
+def test_two_ranks_give_the_parameters_of_one(load_args, model, one_rank):
+    before, (single,), experiences, status, _ = one_rank
     before2, (rank0, rank1), _, status2, _ = train_one_step(load_args, model, 2, experiences)
     assert status[0]["copo_loss_global"] != 0  # the global term did contribute
     names = sorted(before)
@@ -131,11 +136,10 @@ def test_two_ranks_give_the_parameters_of_one(load_args, model):
         assert s["copo_loss_global"] == pytest.approx(global_sum / tokens, rel=1e-4)
 
 
-@pytest.mark.usefixtures("ray_cpu")
-def test_zero_stage_0_gives_the_update_of_zero_2_on_one_rank(load_args, model):
+def test_zero_stage_0_gives_the_update_of_zero_2_on_one_rank(load_args, model, one_rank):
     """The CPU demo trains on one rank with ZeRO-0 (ZeRO-2's partitioning only adds gradient copies there): the same
     step, the same gradient and the same update as ZeRO-2, to float rounding (the bounds of the two-rank test)."""
-    before, (zero2,), experiences, status, moment2 = train_one_step(load_args, model, 1)
+    before, (zero2,), experiences, status, moment2 = one_rank
     before0, (zero0,), _, status0, moment0 = train_one_step(load_args, model, 1, experiences, zero_stage=0)
     names = sorted(before)
     assert all(torch.equal(before[n], before0[n]) for n in names)

@@ -5,18 +5,15 @@ cluster is read here and in tests/e2e/test_two_nodes.py; on a GPU, tests/gpu/.""
 import contextlib
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from openrlhf_copo.contract import CPU_ENV
 from openrlhf_copo.openrlhf_ext import cpu, device, driver
-from tests_support import copo_argv, free_port
+from tests_support import RayNodes, copo_argv, free_port, ray_start_ports
 
 ADDRESS = "10.0.0.1:6379"
 CPU_OK = ("--vllm.sync_backend", "gloo", "--ds.attn_implementation", "sdpa")
@@ -95,26 +92,18 @@ def test_a_cluster_with_some_slots_marked_is_refused():
 def ray_start_head(root: Path, *flags: str):
     """`ray start --head` as a user runs it on the driver's machine, in a Ray temp dir of its own (`RAY_TMPDIR=root`:
     its address file, root/ray/ray_current_cluster, is what a bare `ray.init()` reads here). Yields its GCS port.
-    Ended by killing its process group: `ray stop` would end every Ray cluster of the machine."""
+    Ended by killing its process group (`RayNodes.stop`): `ray stop` would end every Ray cluster of the machine."""
     port = free_port()
     env = {**os.environ, "RAY_TMPDIR": str(root)}
     env.pop("RAY_ADDRESS", None)
-    log = root / "start.log"  # not a pipe: the cluster's processes would hold it open
-    with open(log, "w") as out:
-        start = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", "--port", str(port),
-                                  "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--include-dashboard", "false",
-                                  "--dashboard-agent-listen-port", str(free_port()), "--ray-client-server-port",
-                                  str(free_port()), "--temp-dir", str(root / "ray"), "--disable-usage-stats", *flags],
-                                 env=env, stdout=out, stderr=subprocess.STDOUT,
-                                 start_new_session=True)  # the cluster's processes stay in this process group
+    nodes = RayNodes(str(Path(sys.executable).parent / "ray"))
     try:
-        assert start.wait(timeout=300) == 0, log.read_text()[-3000:]
+        nodes.start("--head", "--port", str(port), "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
+                    "--include-dashboard", "false", *ray_start_ports(), "--temp-dir", str(root / "ray"),
+                    "--disable-usage-stats", *flags, env=env, log=root / "start.log")
         yield port
     finally:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(start.pid, sig)
-            time.sleep(2)
+        nodes.stop()
 
 
 @pytest.mark.heavy  # `ray start` clusters
