@@ -1,34 +1,18 @@
-"""patches/ applies to OpenRLHF v0.11.2 and the estimator tests pass against the patched copy."""
+"""patches/ applies to OpenRLHF v0.11.2 and the estimator tests pass against the patched copy. The fork's own main
+with a killed DeepSpeed worker is the killed run of tests/e2e/test_train_ppo_ray_cpu.py, which the CLI resumes."""
 
-import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-import openrlhf
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-PATCHES = sorted((REPO / "patches").glob("*.patch"))
+from tests_support import PATCHES, REPO, build_fork, fork_env
 
 
 @pytest.fixture(scope="module")
 def fork(tmp_path_factory):
     """A copy of the installed openrlhf 0.11.2 with patches/ applied."""
-    assert len(PATCHES) == 3
-    fork = tmp_path_factory.mktemp("fork")
-    shutil.copytree(Path(openrlhf.__file__).parent, fork / "openrlhf",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for patch in PATCHES:
-        out = subprocess.run(["git", "apply", "--verbose", str(patch)], cwd=fork, capture_output=True, text=True)
-        assert out.returncode == 0, f"{patch.name} does not apply to openrlhf 0.11.2: {out.stderr}"
-    return fork
-
-
-def fork_env(fork):
-    return {**os.environ, "PYTHONPATH": f"{fork}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-            "OPENRLHF_COPO_FORK_UNDER_TEST": str(fork)}
+    return build_fork(tmp_path_factory.mktemp("fork"))
 
 
 def test_patches_apply_and_the_estimator_tests_pass_on_the_fork(fork):
@@ -65,28 +49,3 @@ def test_the_forks_own_main_runs_the_same_driver_steps(fork, tmp_path, extra, re
     assert out.returncode == 2, out.stderr[-2000:]
     assert reason in out.stderr.strip().splitlines()[-1], out.stderr[-2000:]
     assert "Traceback" not in out.stderr
-
-
-@pytest.mark.heavy  # a training run
-def test_a_forks_killed_worker_ends_on_the_same_line_as_the_clis(fork, tmp_path):
-    """The fork's own `python -m openrlhf.cli.train_ppo_ray` runs the driver steps to the end (`train_from_fork`):
-    the device step (on this CUDA-less machine, the CPU path), then training. Its DeepSpeed worker killed mid-run, it
-    ends on the CLI's line (tests/e2e/test_train_ppo_ray_cpu.py), after its own program name."""
-    import re
-
-    from openrlhf_copo.cpu_demo.models import tiny_qwen2
-    from tests_support import kill_policy_actor_mid_run, train_argv, write_prompts
-
-    model = tiny_qwen2(tmp_path / "tiny-model")
-    data = write_prompts(tmp_path / "prompts.jsonl", 6)
-    cmd = [sys.executable, "-m", "openrlhf.cli.train_ppo_ray",
-           *train_argv(tmp_path, model, data, 6, "--train.num_episodes", "3")]
-    reason, victims, returncode, err = kill_policy_actor_mid_run(
-        cmd, tmp_path / "metrics.jsonl", {**fork_env(fork), "HF_HUB_OFFLINE": "1"},
-        "train_ppo_ray.py: error: training stopped:")
-    assert returncode == 2
-    assert len(reason) == 1, err[-3000:]
-    assert re.search(r"PolicyModelActor \(pid (\d+)\) died", reason[0]).group(1) in victims, reason[0]
-    assert f"checkpoints under {tmp_path / 'ckpt'} are as last saved" in reason[0]
-    assert "openrlhf_copo: the actors run on the CPU path (no CUDA touched): --copo.device auto" in err
-    assert f"{fork}/openrlhf/cli/train_ppo_ray.py" in err  # the traceback runs through the fork's main

@@ -306,6 +306,30 @@ def submit_runtime_env(working_dir: Path, *argv: str) -> dict:
     return json.loads(out.stdout)
 
 
+PATCHES = sorted((REPO / "patches").glob("*.patch"))
+
+
+def build_fork(dest: Path) -> Path:
+    """A copy of the installed openrlhf 0.11.2 with patches/ applied, in ``dest`` (its `openrlhf` package); returns
+    ``dest``. Run it with `fork_env`."""
+    import shutil
+
+    import openrlhf
+
+    assert len(PATCHES) == 3
+    shutil.copytree(Path(openrlhf.__file__).parent, dest / "openrlhf", ignore=shutil.ignore_patterns("__pycache__"))
+    for patch in PATCHES:
+        out = subprocess.run(["git", "apply", "--verbose", str(patch)], cwd=dest, capture_output=True, text=True)
+        assert out.returncode == 0, f"{patch.name} does not apply to openrlhf 0.11.2: {out.stderr}"
+    return dest
+
+
+def fork_env(fork: Path) -> dict:
+    """The environment in which `python -m openrlhf...` is the fork's."""
+    return {**os.environ, "PYTHONPATH": f"{fork}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "OPENRLHF_COPO_FORK_UNDER_TEST": str(fork)}
+
+
 def kill_policy_actor_mid_run(cmd: list, trigger: Path, env: dict, prefix: str) -> tuple:
     """Start a training run (``cmd``), SIGKILL its DeepSpeed actor once the file ``trigger`` exists (the metrics file:
     a step is logged; DeepSpeed's ``latest``: a checkpoint is complete), and return (the lines of its stderr that start

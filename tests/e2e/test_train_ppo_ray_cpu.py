@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from openrlhf_copo.cpu_demo.models import tiny_qwen2
-from tests_support import all_rows, kill_policy_actor_mid_run, load_weights, metrics, train, train_argv, write_prompts
+from tests_support import (all_rows, build_fork, fork_env, kill_policy_actor_mid_run, load_weights, metrics, train,
+                           train_argv, write_prompts)
 
 pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
 
@@ -126,43 +127,51 @@ RELEASED_SWITCHES = ("--copo.zero_control", "uniform", "--copo.global_coef", "0.
                      "--copo.rho", "1", "--actor.dual_clip", "3")
 
 
+#: How a run that stops on a dead worker ends, after the program's name: the CLI's `python -m
+#: openrlhf_copo.cli.train_ppo_ray: error: training stopped: ...` (tests/e2e/test_two_nodes.py), the fork's main below.
+FORK_STOPPED = "train_ppo_ray.py: error: training stopped:"
+
+
 @pytest.fixture(scope="module")
 def killed_and_resumed(tmp_path_factory):
-    """A run whose DeepSpeed actor is killed once a checkpoint is complete, then run again with the same command line:
-    (folder, the killed run's one-line reason, the pids killed, its exit code, its stderr, the step the rerun starts
-    at, the metrics rows written before the rerun, the rerun's process)."""
-    import os
-
+    """A run of the fork's own main (`python -m openrlhf.cli.train_ppo_ray` of a copy of OpenRLHF with patches/
+    applied, `train_from_fork`) whose DeepSpeed actor is killed once a checkpoint is complete, then run again by the CLI
+    with the same command line: (folder, the killed run's one-line reason, the pids killed, its exit code, its stderr,
+    the step the rerun starts at, the metrics rows written before the rerun, the rerun's process, the fork). One kill
+    serves the fork's ending and the CLI's resume; the CLI's own line on a dead worker is tests/e2e/test_two_nodes.py's."""
     tmp = tmp_path_factory.mktemp("killed")
+    fork = build_fork(tmp_path_factory.mktemp("fork"))
     model = tiny_qwen2(tmp / "tiny-model")
     data = write_prompts(tmp / "prompts.jsonl", 6)
     # 6 steps, room for the kill after step 1's checkpoint; an evaluation every 4 steps, so step 6 is evaluated only as
     # the last
     argv_extra = ("--train.num_episodes", "2", "--eval.dataset", str(data), "--eval.steps", "4",
                   "--copo.eval_greedy", "--copo.eval_after_train", *RELEASED_SWITCHES)
-    cmd = [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *train_argv(tmp, model, data, 6, *argv_extra)]
+    cmd = [sys.executable, "-m", "openrlhf.cli.train_ppo_ray", *train_argv(tmp, model, data, 6, *argv_extra)]
     latest = tmp / "ckpt" / "_actor" / "latest"  # DeepSpeed writes it once a checkpoint is complete
     reason, victims, returncode, err = kill_policy_actor_mid_run(
-        cmd, latest, {**os.environ, "HF_HUB_OFFLINE": "1"},
-        "python -m openrlhf_copo.cli.train_ppo_ray: error: training stopped:")
+        cmd, latest, {**fork_env(fork), "HF_HUB_OFFLINE": "1"}, FORK_STOPPED)
     # The kill may land while a later checkpoint is being written: `latest` names the last complete one.
     expected_first = int(latest.read_text().strip().removeprefix("global_step")) + 1
     rows_before = len(all_rows(tmp))
     resumed = train(tmp, model, data, 6, *argv_extra)
-    return tmp, reason, victims, returncode, err, expected_first, rows_before, resumed
+    return tmp, reason, victims, returncode, err, expected_first, rows_before, resumed, fork
 
 
 def test_killed_worker_stops_the_run_in_one_line_and_the_checkpoint_resumes(killed_and_resumed):
-    """Kill the DeepSpeed actor's process mid-run, once a checkpoint is complete: no hang, a one-line reason. The rerun
-    resumes from the last complete checkpoint: it goes on at the step after it, consumes the prompts after it, syncs
-    the checkpoint's weights to the engine, and evaluates at the last step because it is the last
-    (--copo.eval_after_train). It is also the resume test with the same settings (the first run's folder is resumed
-    only with other ones, above)."""
-    tmp_path, reason, victims, returncode, err, expected_first, rows_before, resumed = killed_and_resumed
-    assert returncode != 0
+    """Kill the DeepSpeed actor's process mid-run, once a checkpoint is complete: no hang, a one-line reason, the CLI's
+    after the fork's program name. The fork's main runs the driver steps to the end (the device step: on this CUDA-less
+    machine, the CPU path; then training). The CLI's rerun resumes from the last complete checkpoint: it goes on at the
+    step after it, consumes the prompts after it, syncs the checkpoint's weights to the engine, and evaluates at the
+    last step because it is the last (--copo.eval_after_train). It is also the resume test with the same settings (the
+    first run's folder is resumed only with other ones, above)."""
+    tmp_path, reason, victims, returncode, err, expected_first, rows_before, resumed, fork = killed_and_resumed
+    assert returncode == 2
     assert len(reason) == 1, err[-3000:]
     assert re.search(r"PolicyModelActor \(pid (\d+)\) died", reason[0]).group(1) in victims, reason[0]
     assert f"checkpoints under {tmp_path / 'ckpt'} are as last saved" in reason[0]
+    assert "openrlhf_copo: the actors run on the CPU path (no CUDA touched): --copo.device auto" in err
+    assert f"{fork}/openrlhf/cli/train_ppo_ray.py" in err  # the traceback runs through the fork's main
     assert 2 <= expected_first <= 6, expected_first
     assert resumed.returncode == 0, (tmp_path / "train.log").read_text()[-3000:]
     after = all_rows(tmp_path)[rows_before:]
@@ -180,7 +189,7 @@ def test_killed_worker_stops_the_run_in_one_line_and_the_checkpoint_resumes(kill
 def test_a_released_switch_with_their_conventions_trains(killed_and_resumed):
     """The killed run and its rerun train under the released code's switches (`RELEASED_SWITCHES`): every step of both
     is finite and obeys them."""
-    tmp_path, *_, resumed = killed_and_resumed
+    tmp_path, *_, resumed, _ = killed_and_resumed
     assert resumed.returncode == 0, (tmp_path / "train.log").read_text()[-3000:]
     rows = metrics(tmp_path)
     assert {r["step"] for r in rows} == set(range(1, 7))
