@@ -60,7 +60,7 @@ def test_rounds_are_drawn_logged_and_start_with_the_first_round_of_another_metho
     first = [(p, r) for p, r in responses(first_dir / RECORDED_RESPONSES) if p in ada]
     assert len(first) == 16 and set(ada) == {p for p, _ in first} and len(ada) == 4
     step1 = {p for p, _ in first[:8]}
-    assert len(step1) == 2 and all(len([1 for p, _ in first if p == q]) == 4 for q in ada)
+    assert len(step1) == 2 and Counter(p for p, _ in first) == {q: 4 for q in ada}
     # each prompt drew 4, 8 or 12 under Reinforce-Ada (rounds of 4, budget 12); what was logged is what was drawn
     for row, prompts in zip(rows, (step1, set(ada) - step1)):
         drawn = sorted(len(ada[p]) for p in prompts)
