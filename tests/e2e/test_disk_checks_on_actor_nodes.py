@@ -112,5 +112,6 @@ def test_the_settings_file_is_written_by_a_task_on_the_actor_node_and_the_line_s
     assert len(said) == 1 and re.fullmatch(
         "openrlhf_copo: the resume guard and the preflight ran on the 1 node\\(s\\) with GPU slots, where the actors "
         rf"run: \S+ \(node {cluster['worker'][:8]}\)", said[0]), lines[-40:]
-    assert set(checked["task_nodes"]) == {cluster["worker"]}  # every disk-check task of the cluster (both cases') ran there
+    # every disk-check task of the cluster (both cases') ran there
+    assert set(checked["task_nodes"]) == {cluster["worker"]}
     assert json.loads((ckpt / "copo_settings.json").read_text())["estimator"] == "copo"

@@ -138,7 +138,8 @@ def killed_and_resumed(tmp_path_factory):
     applied, `train_from_fork`) whose DeepSpeed actor is killed once a checkpoint is complete, then run again by the CLI
     with the same command line: (folder, the killed run's one-line reason, the pids killed, its exit code, its stderr,
     the step the rerun starts at, the metrics rows written before the rerun, the rerun's process, the fork). One kill
-    serves the fork's ending and the CLI's resume; the CLI's own line on a dead worker is tests/e2e/test_two_nodes.py's."""
+    serves the fork's ending and the CLI's resume; the CLI's own line on a dead worker is asserted in
+    tests/e2e/test_two_nodes.py."""
     tmp = tmp_path_factory.mktemp("killed")
     fork = build_fork(tmp_path_factory.mktemp("fork"))
     model = tiny_qwen2(tmp / "tiny-model")
