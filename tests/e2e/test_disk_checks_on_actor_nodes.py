@@ -30,7 +30,8 @@ CHECKS = r"""
 import json, sys
 from openrlhf_copo.cli.train_ppo_ray import load_args
 from openrlhf_copo.openrlhf_ext import driver
-for i, argv in enumerate(json.loads(sys.argv[1])):
+argvs = json.loads(sys.argv[1])
+for i, argv in enumerate(argvs):
     print(f"CASE {i}", flush=True)
     try:
         driver.after_parse(load_args(argv), driver.CLI)
@@ -42,7 +43,7 @@ from ray.util.state import list_tasks
 for _ in range(60):  # the state API learns of finished tasks a few seconds late
     tasks = [t for t in list_tasks(detail=True, limit=10000, raise_on_missing_output=False)
              if t.name.endswith("_remote_disk_checks")]
-    if len(tasks) >= len(json.loads(sys.argv[1])):
+    if len(tasks) >= len(argvs):
         break
     time.sleep(1)
 print("TASK_NODES " + json.dumps(sorted(t.node_id for t in tasks)), flush=True)

@@ -91,12 +91,13 @@ if [ "$size" -gt $((LIMIT_MIB * 1024 * 1024)) ]; then
     exit 1
 fi
 # The device call carries the working tree too: say so where the two together do not fit.
-tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s+=$1} END {print s+0}')
+files=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c '%s %n' 2>/dev/null)
+tree=$(awk '{s += $1} END {print s + 0}' <<< "$files")
 if [ $((size + tree)) -gt $((LIMIT_MIB * 1024 * 1024)) ]; then
     tree_mib=$("$VPY" -c "print(f'{$tree / 2**20:.1f}')")
     echo "build_bundle: warning: the bundle ($mib MiB) and the working tree ($tree_mib MiB of git's files) are over the" \
          "$LIMIT_MIB MiB one device call carries; set aside what the GPU suite does not read for the call, e.g. the" \
          "largest folders:" >&2
-    git ls-files -z | xargs -0 du -b 2>/dev/null | awk '{split($2, p, "/"); d = p[1] "/" p[2]; s[d] += $1}
-        END {for (d in s) printf "%.1f MiB %s\n", s[d] / 2^20, d}' | sort -rn | head -3 | sed 's/^/    /' >&2
+    awk '{split($2, p, "/"); s[p[1] "/" p[2]] += $1} END {for (d in s) printf "%.1f MiB %s\n", s[d] / 2^20, d}' \
+        <<< "$files" | sort -rn | head -3 | sed 's/^/    /' >&2
 fi
