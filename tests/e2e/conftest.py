@@ -37,5 +37,6 @@ def first_run(tmp_path_factory):
     first = train(tmp, model, data, MAX_SAMPLES, "--eval.dataset", str(held_out), *FIRST_RUN_EXTRA,
                   "--reward.remote_url", str(RECORDING_REWARD),
                   env={"WANDB_MODE": "offline", "WANDB_DIR": str(tmp), "WANDB_SILENT": "true",
-                       "COPO_TEST_RECORD": str(tmp / RECORDED_RESPONSES), "COPO_TEST_SCORER": "parity_reward.py"})
+                       "COPO_TEST_RECORD": str(tmp / RECORDED_RESPONSES), "COPO_TEST_SCORER": "parity_reward.py"},
+                  vllm_worker_process=True)
     return tmp, model, data, first

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from openrlhf_copo.cpu_demo.models import tiny_qwen2
-from tests_support import REPO, write_prompts
+from tests_support import REPO, WORKER_IN_ENGINE_CORE, write_prompts
 
 pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
 
@@ -44,7 +44,7 @@ def compared(tmp_path_factory):
            "--reward", str(REPO / "tests" / "fixtures" / "parity_reward.py"), "--methods", "grpo", "copo",
            "--seeds", "0", "--samples_per_prompt", "4", "--prompts_per_step", "2", "--steps", "3", "--eval_every", "3",
            "--save_every", "1", "--lr", "3e-3", "--out", str(out), "--", *CPU_FLAGS]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **WORKER_IN_ENGINE_CORE}
 
     run = out / "copo-seed0"
     latest = run / "scratch" / "ckpt" / "_actor" / "latest"

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from openrlhf_copo.probe import shares
-from tests_support import REPO, metrics
+from tests_support import REPO, WORKER_IN_ENGINE_CORE, metrics
 
 pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
 
@@ -46,7 +46,8 @@ def runs(first_run, tmp_path_factory):
            "--prompts_per_step", str(PROMPTS), "--seed", SEED, "--device", "cpu", "--out", str(tmp / "probe"),
            "--filtered_train_data", str(tmp / "filtered.jsonl"), "--", *CPU_FLAGS]
     t0 = time.time()
-    probed = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **WORKER_IN_ENGINE_CORE}
+    probed = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     print(f"probe: {time.time() - t0:.0f} s")
     return tmp, trained_dir, trained, probed, len(rows)
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from openrlhf_copo.cpu_demo.models import tiny_qwen2
-from tests_support import (all_rows, build_fork, fork_env, kill_policy_actor_mid_run, load_weights, metrics, train,
-                           train_argv, write_prompts)
+from tests_support import (WORKER_IN_ENGINE_CORE, all_rows, build_fork, fork_env, kill_policy_actor_mid_run, load_weights,
+                           metrics, train, train_argv, write_prompts)
 
 pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
 
@@ -151,7 +151,7 @@ def killed_and_resumed(tmp_path_factory):
     cmd = [sys.executable, "-m", "openrlhf.cli.train_ppo_ray", *train_argv(tmp, model, data, 6, *argv_extra)]
     latest = tmp / "ckpt" / "_actor" / "latest"  # DeepSpeed writes it once a checkpoint is complete
     reason, victims, returncode, err = kill_policy_actor_mid_run(
-        cmd, latest, {**fork_env(fork), "HF_HUB_OFFLINE": "1"}, FORK_STOPPED)
+        cmd, latest, {**fork_env(fork), "HF_HUB_OFFLINE": "1", **WORKER_IN_ENGINE_CORE}, FORK_STOPPED)
     # The kill may land while a later checkpoint is being written: `latest` names the last complete one.
     expected_first = int(latest.read_text().strip().removeprefix("global_step")) + 1
     rows_before = len(all_rows(tmp))

@@ -19,14 +19,15 @@ from pathlib import Path
 import pytest
 
 from openrlhf_copo.cpu_demo.models import tiny_qwen2
-from tests_support import REPO, free_port, submit_runtime_env, train_argv, write_prompts
+from tests_support import REPO, WORKER_IN_ENGINE_CORE, free_port, submit_runtime_env, train_argv, write_prompts
 
 pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
 
 RAY = str(Path(sys.executable).parent / "ray")
 PROG_ERROR = "python -m openrlhf_copo.cli.train_ppo_ray: error: training stopped:"
 #: Ray folds identical lines of several workers into one; every worker's own line is the evidence here.
-JOB_ENV = {"HF_HUB_OFFLINE": "1", "RAY_DEDUP_LOGS": "0"}
+#: Each vLLM engine's model worker inside its engine-core process, as on a GPU cluster (`WORKER_IN_ENGINE_CORE`).
+JOB_ENV = {"HF_HUB_OFFLINE": "1", "RAY_DEDUP_LOGS": "0", **WORKER_IN_ENGINE_CORE}
 
 
 class Cluster:
