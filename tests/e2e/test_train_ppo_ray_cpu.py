@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from openrlhf_copo.cpu_demo.models import tiny_qwen2
-from tests_support import (WORKER_IN_ENGINE_CORE, all_rows, build_fork, fork_env, kill_policy_actor_mid_run, load_weights,
-                           metrics, train, train_argv, write_prompts)
+from tests_support import (WORKER_IN_ENGINE_CORE, all_rows, build_fork, fork_env, kill_policy_actor_mid_run,
+                           load_weights, metrics, train, train_argv, write_prompts)
 
 pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
 
