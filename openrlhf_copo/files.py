@@ -2,12 +2,14 @@
 
 - `atomic_path` / `write_atomic`: a reader sees the old file (or none) or the complete new one, never a
   half-written one (checkpoint settings, evaluation results, prepared data, the demo's models and prompts);
+- `folder_lock`: one process at a time builds into a folder (the demo's model cache);
 - `jsonl_rows`: JSON-lines rows with their line numbers; a bad line names the file and the line.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 import tempfile
@@ -16,7 +18,22 @@ from pathlib import Path
 import json
 from typing import Iterator, Tuple, Type
 
-__all__ = ["atomic_path", "write_atomic", "jsonl_rows"]
+__all__ = ["atomic_path", "folder_lock", "write_atomic", "jsonl_rows"]
+
+
+@contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `folder` (created if missing) for the block: a second process asking for the same
+    lock waits until the first one's block ends. The lock is on the folder itself (`flock` on its descriptor), so
+    nothing is left behind, and the kernel drops it if the holder dies."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 @contextmanager

@@ -57,6 +57,31 @@ def tiny_model_dir(tmp_path_factory) -> str:
     return str(path)
 
 
+@pytest.fixture(scope="session")
+def smollm2_cache(tmp_path_factory):
+    """The test run's own project cache, under pytest's base temp dir. Under pytest-xdist each worker has a base temp
+    dir of its own inside the run's: the cache goes one level up, so that both workers share one build of SmolLM2
+    (about 40 s of a core; `smollm2_instruct` lets one process build and the others wait)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    return base / "openrlhf_copo_cache"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def project_cache(smollm2_cache):
+    """Where the tests' tiny models take their tokenizer, and the evaluation and reward tests SmolLM2, from (the
+    default cache of `smollm2_instruct` and `tiny_qwen2`): the user's cache if it already holds SmolLM2 (a developer's
+    machine: nothing to build), else the run's own (`OPENRLHF_COPO_CACHE`), which the demo's tests build into anyway
+    (tests/cpu_demo/conftest.py). So a fresh machine, CI's, builds SmolLM2 once per run, not once more for a user's
+    cache, and the tests fill no cache the user did not fill. A cache the user names in `OPENRLHF_COPO_CACHE` is
+    kept."""
+    from openrlhf_copo.cpu_demo.models import smollm2_path
+
+    if "OPENRLHF_COPO_CACHE" not in os.environ and not (smollm2_path() / "config.json").is_file():
+        os.environ["OPENRLHF_COPO_CACHE"] = str(smollm2_cache)
+
+
 @pytest.fixture
 def no_ray_cluster(monkeypatch, tmp_path):
     """No Ray cluster for this test's driver to join, whatever runs on the machine: RAY_ADDRESS unset, and an empty

