@@ -76,9 +76,9 @@ def project_cache(smollm2_cache):
     (tests/cpu_demo/conftest.py). So a fresh machine, CI's, builds SmolLM2 once per run, not once more for a user's
     cache, and the tests fill no cache the user did not fill. A cache the user names in `OPENRLHF_COPO_CACHE` is
     kept."""
-    from openrlhf_copo.cpu_demo.models import smollm2_path
+    from openrlhf_copo.cpu_demo.models import is_model_dir, smollm2_path
 
-    if "OPENRLHF_COPO_CACHE" not in os.environ and not (smollm2_path() / "config.json").is_file():
+    if "OPENRLHF_COPO_CACHE" not in os.environ and not is_model_dir(smollm2_path()):
         os.environ["OPENRLHF_COPO_CACHE"] = str(smollm2_cache)
 
 

