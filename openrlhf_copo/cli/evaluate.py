@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+DTYPES = ("bfloat16", "float16", "float32")
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m openrlhf_copo.cli.evaluate", description=__doc__.splitlines()[0])
@@ -25,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--answer_rule", choices=("strict", "last_number"), default="strict",
                    help="strict: \\boxed{} / 'Answer:' / 'the answer is' (math_reward.py); last_number: else the last "
                         "number written (math_last_number_reward.py). Use the rule the run was trained with")
+    p.add_argument("--dtype", choices=DTYPES, default="bfloat16",
+                   help="the dtype vLLM samples in. float32 on a CPU without bf16 units (no AVX-512 BF16 or AMX), "
+                        "where bf16 runs in slow software paths")
     p.add_argument("--out", type=Path, default=Path("eval"), help="directory for results.json and table.md")
     return p
 
@@ -45,7 +50,7 @@ def main(argv=None) -> int:
     try:
         benchmarks = [parse_benchmark(s, args.k) for s in args.benchmark]
         evaluate(args.model, benchmarks, args.out, args.temperature, args.top_p, args.max_tokens, args.seed, args.name,
-                 answer_rule=args.answer_rule)
+                 answer_rule=args.answer_rule, dtype=args.dtype)
     except EvalInputError as e:
         print(f"evaluate: error: {e}", file=sys.stderr)
         return 2

@@ -98,7 +98,7 @@ def chat_prompts(tokenizer, rows: Sequence[dict]) -> List[str]:
 
 
 def sample(model: str, benchmarks: Sequence[Benchmark], temperature: float, top_p: float, max_tokens: int,
-           seed: int) -> Dict[str, List[List[str]]]:
+           seed: int, dtype: str = "bfloat16") -> Dict[str, List[List[str]]]:
     """k responses per prompt, per benchmark, from one vLLM engine (the CPU build where there is no GPU)."""
     import torch
 
@@ -109,7 +109,7 @@ def sample(model: str, benchmarks: Sequence[Benchmark], temperature: float, top_
         os.environ.update(vllm_cpu_env())
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=model, dtype="bfloat16", seed=seed, enforce_eager=cpu, trust_remote_code=True)
+    llm = LLM(model=model, dtype=dtype, seed=seed, enforce_eager=cpu, trust_remote_code=True)
     tok = llm.get_tokenizer()
     out = {}
     for b in benchmarks:
@@ -189,17 +189,17 @@ def markdown_table(all_results: Dict[str, Dict[str, dict]]) -> str:
 
 def evaluate(models: Sequence[str], benchmarks: Sequence[Benchmark], out_dir: Path, temperature: float = 1.0,
              top_p: float = 1.0, max_tokens: int = 2048, seed: int = 0, names: Optional[Sequence[str]] = None,
-             answer_rule: str = "strict") -> dict:
+             answer_rule: str = "strict", dtype: str = "bfloat16") -> dict:
     """Evaluate each model on every benchmark; write `results.json` and `table.md` into ``out_dir``."""
     resolved = [resolve_model(m) for m in models]  # fail on a missing checkpoint before any sampling
     names = list(names or models)
     all_results: Dict[str, Dict[str, dict]] = {}
     for name, model in zip(names, resolved):
-        responses = sample(model, benchmarks, temperature, top_p, max_tokens, seed)
+        responses = sample(model, benchmarks, temperature, top_p, max_tokens, seed, dtype)
         all_results[name] = {b.name: score(b, responses[b.name], answer_rule) for b in benchmarks}
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {"settings": {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "seed": seed,
-                            "answer_rule": answer_rule,
+                            "answer_rule": answer_rule, "dtype": dtype,
                             "models": dict(zip(names, resolved)),
                             "benchmarks": {b.name: {"path": str(b.path), "k": b.k} for b in benchmarks}},
                "results": all_results}
