@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))  # `tests_support`: helpers shared by the tests
 
 import quick_tier  # noqa: E402
-from tests_support import free_port  # noqa: E402
+from tests_support import free_port, smollm2_build_key  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -58,24 +59,34 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def smollm2_cache(tmp_path_factory):
-    """The test run's own project cache, under pytest's base temp dir. Under pytest-xdist each worker has a base temp
-    dir of its own inside the run's: the cache goes one level up, so that both workers share one build of SmolLM2
-    (about 40 s of a core; `smollm2_instruct` lets one process build and the others wait)."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
-    return base / "openrlhf_copo_cache"
+def smollm2_cache(request, tmp_path_factory):
+    """The tests' own project cache, where the demo's tests build SmolLM2 (about 40 s of a core). It is kept between
+    runs in pytest's cache folder (.pytest_cache, git-ignored), under a key of the build's code and libraries
+    (`smollm2_build_key`), so that the inner loop (`pytest --quick`) builds again only after a change to what the
+    build depends on; builds under other keys are removed. A fresh clone, CI's, builds once: both pytest-xdist workers
+    ask for the same folder, and `smollm2_instruct` lets one build while the other waits. Under `-p no:cacheprovider`
+    (no cache folder) it is the run's own, under pytest's base temp dir, one level up under xdist (each worker's base
+    temp dir lies inside the run's)."""
+    cache = getattr(request.config, "cache", None)
+    if cache is None:
+        base = tmp_path_factory.getbasetemp()
+        return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "openrlhf_copo_cache"
+    kept = cache.mkdir("openrlhf_copo")
+    key = f"build-{smollm2_build_key()}"
+    for old in kept.glob("build-*"):
+        if old.name != key:
+            shutil.rmtree(old, ignore_errors=True)  # the other worker may be removing it too
+    return kept / key
 
 
 @pytest.fixture(scope="session", autouse=True)
 def project_cache(smollm2_cache):
     """Where the tests' tiny models take their tokenizer, and the evaluation and reward tests SmolLM2, from (the
     default cache of `smollm2_instruct` and `tiny_qwen2`): the user's cache if it already holds SmolLM2 (a developer's
-    machine: nothing to build), else the run's own (`OPENRLHF_COPO_CACHE`), which the demo's tests build into anyway
-    (tests/cpu_demo/conftest.py). So a fresh machine, CI's, builds SmolLM2 once per run, not once more for a user's
-    cache, and the tests fill no cache the user did not fill. A cache the user names in `OPENRLHF_COPO_CACHE` is
-    kept."""
+    machine: nothing to build), else the tests' own (`smollm2_cache`, set as `OPENRLHF_COPO_CACHE`), which the demo's
+    tests build into anyway (tests/cpu_demo/conftest.py). So a fresh machine, CI's, builds SmolLM2 once, not once more
+    for a user's cache, and the tests fill no cache outside the checkout that the user did not fill. A cache the user
+    names in `OPENRLHF_COPO_CACHE` is kept."""
     from openrlhf_copo.cpu_demo.models import is_model_dir, smollm2_path
 
     if "OPENRLHF_COPO_CACHE" not in os.environ and not is_model_dir(smollm2_path()):

