@@ -127,8 +127,25 @@ def why_heavy(seen: set, connected: bool) -> str:
             f"pytestmark = pytest.mark.{MARK} for its module) so that `pytest {OPTION}` leaves it out")
 
 
+def module_of(nodeid: str) -> str:
+    """The test file of a node id: "tests/test_core.py" for "tests/test_core.py::test_x[a]"."""
+    return nodeid.split("::", 1)[0]
+
+
+def longest_modules_first(items: list, seconds: dict) -> None:
+    """Sort ``items`` in place so that the modules that took longest (``seconds``: module -> seconds, the last run's)
+    come first, a module's tests staying together and in their order, and modules without a time after the timed ones
+    in their collected order. Why: pytest-xdist hands out tests in their order, so a long module collected last (the
+    fork's tests, tests/test_patches.py: 60 s) would keep one worker busy after the other had run out of tests; started
+    first, it runs while the other worker takes the many short tests."""
+    first_seen = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(module_of(item.nodeid), i)
+    items.sort(key=lambda item: (-seconds.get(module_of(item.nodeid), 0.0), first_seen[module_of(item.nodeid)]))
+
+
 class QuickTier:
-    """The plugin, registered only under --quick."""
+    """The plugin, registered only under --quick, in the processes that run tests."""
 
     def __init__(self):
         self.watch = Watch()
@@ -157,6 +174,50 @@ class QuickTier:
         self.watch.stop()
 
 
+class LongestFirst:
+    """Registered under --quick in every process: the tests run longest module first (`longest_modules_first`), by each
+    module's seconds in the quick tier's last run, which pytest's cache keeps. Under xdist the controller reads the
+    cache once and hands the same times to every worker (xdist requires the workers' orders to be equal; a run ending
+    beside this one could rewrite the file between two workers' reads). The process that gets every test's report
+    (xdist's controller, or a pytest without xdist) writes this run's times at the end. Under -p no:cacheprovider the
+    collected order is kept."""
+
+    #: the cache key, and the worker input's: {module: seconds (set up, call and teardown of its tests)}
+    KEY = "openrlhf_copo/quick_tier_module_seconds"
+
+    def __init__(self, config):
+        self.config = config
+        self.seconds = {}
+
+    def last_seconds(self):
+        """The last run's seconds by module, or None where there is no cache to read them from."""
+        if hasattr(self.config, "workerinput"):
+            return self.config.workerinput.get(self.KEY)
+        cache = getattr(self.config, "cache", None)
+        return None if cache is None else cache.get(self.KEY, {})
+
+    @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook, on its controller, once per worker
+    def pytest_configure_node(self, node):
+        node.workerinput[self.KEY] = self.last_seconds()
+
+    @pytest.hookimpl(trylast=True)  # after the quick tier has left out the heavy tests
+    def pytest_collection_modifyitems(self, items):
+        seconds = self.last_seconds()
+        if seconds is not None:
+            longest_modules_first(items, seconds)
+
+    def pytest_runtest_logreport(self, report):
+        module = module_of(report.nodeid)
+        self.seconds[module] = self.seconds.get(module, 0.0) + report.duration
+
+    def pytest_sessionfinish(self):
+        cache = getattr(self.config, "cache", None)
+        # a worker's reports are only its own part of the run: the controller writes
+        if cache is not None and self.seconds and not hasattr(self.config, "workerinput"):
+            kept = cache.get(self.KEY, {})  # a run of a few files keeps the others' times
+            cache.set(self.KEY, {**kept, **{m: round(s, 2) for m, s in self.seconds.items()}})
+
+
 HEAVY_GROUP = "heavy"  # the xdist group every heavy test joins
 
 
@@ -180,8 +241,10 @@ def xdist_controller(config) -> bool:
 
 
 def configure(config) -> None:
-    """Register the heavy tests' xdist group, and the quick tier's plugin where --quick is given (in the processes
-    that run tests: under xdist, each worker watches what its own tests start)."""
+    """Register the heavy tests' xdist group, and where --quick is given the quick tier's plugin (in the processes that
+    run tests: under xdist, each worker watches what its own tests start) and its order, longest module first."""
     config.pluginmanager.register(HeavyOnOneWorker(), "heavy_on_one_worker")
-    if config.getoption(OPTION) and not xdist_controller(config):
-        config.pluginmanager.register(QuickTier(), "quick_tier")
+    if config.getoption(OPTION):
+        config.pluginmanager.register(LongestFirst(config), "longest_first")
+        if not xdist_controller(config):
+            config.pluginmanager.register(QuickTier(), "quick_tier")

@@ -4,6 +4,7 @@ a few tests written for it."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -57,15 +58,18 @@ def test_starts_ray_unmarked():
 """
 
 
-def run_pytest(folder: Path, cases: str, *flags: str) -> str:
-    """pytest over ``cases`` in ``folder``, with the quick tier's plugin as tests/conftest.py registers it; its output."""
+def run_pytest(folder: Path, cases: str, *flags: str, cache: bool = False) -> str:
+    """pytest over ``cases`` in ``folder`` (its test_cases.py; ``cases`` None: the test files already there), with the
+    quick tier's plugin as tests/conftest.py registers it, and pytest's cache only if asked; its output."""
     (folder / "conftest.py").write_text(CONFTEST)
-    (folder / "test_cases.py").write_text(textwrap.dedent(cases))
+    if cases is not None:
+        (folder / "test_cases.py").write_text(textwrap.dedent(cases))
     (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    heavy: starts Ray, vLLM or a training run\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
            quick_tier.NESTED_ENV: str(os.getpid())}  # its tests' processes are its own to judge, not this test's
     env.pop("RAY_ADDRESS", None)
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *flags], cwd=folder,
+    out = subprocess.run([sys.executable, "-m", "pytest", *([] if cache else ["-p", "no:cacheprovider"]), "-rA", *flags],
+                         cwd=folder,
                          env=env, capture_output=True, text=True, timeout=300)
     return out.stdout + out.stderr
 
@@ -137,3 +141,52 @@ def test_under_xdist_each_worker_watches_what_its_own_tests_start(tmp_path):
     assert "test_cases.py::test_an_unmarked_raylet: this test started raylet but is not marked heavy" in out, out
     assert "test_cases.py::test_an_unmarked_vllm_engine: this test started VLLM::EngineCore but is not marked heavy" \
         in out, out
+
+
+class Item:
+    def __init__(self, nodeid):
+        self.nodeid = nodeid
+
+
+def test_modules_run_longest_first_together_and_untimed_ones_after_in_their_order():
+    items = [Item(n) for n in ("a.py::t1", "a.py::t2", "b.py::t[1]", "c.py::t", "b.py::t[2]", "d.py::t")]
+    quick_tier.longest_modules_first(items, {"a.py": 1.0, "b.py": 30.0, "gone.py": 99.0})
+    assert [i.nodeid for i in items] == ["b.py::t[1]", "b.py::t[2]", "a.py::t1", "a.py::t2", "c.py::t", "d.py::t"]
+
+
+# two files collected short one first; each test writes its name where it runs, in the order they run
+SHORT_AND_LONG = {"test_a_short.py": "def test_short():\n    ran('short')\n",
+                  "test_b_long.py": "import time\n\ndef test_long():\n    time.sleep(1.5)\n    ran('long')\n"}
+RAN = """
+from pathlib import Path
+
+def ran(name):
+    with open(Path(__file__).parent / "ran.txt", "a") as f:
+        f.write(name + "\\n")
+"""
+
+
+def test_the_quick_tier_runs_last_runs_longest_module_first_and_xdist_workers_agree(tmp_path):
+    for name, code in SHORT_AND_LONG.items():
+        (tmp_path / name).write_text("from ran import ran\n" + code)
+    (tmp_path / "ran.py").write_text(RAN)
+    ran = tmp_path / "ran.txt"
+
+    out = run_pytest(tmp_path, None, "--quick", "-p", "no:xdist", cache=True)
+    assert outcome(out) == {"passed": 2}, out
+    assert ran.read_text().split() == ["short", "long"]  # no times yet: the collected order
+    seconds = json.loads((tmp_path / ".pytest_cache" / "v" / quick_tier.LongestFirst.KEY).read_text())
+    assert seconds["test_b_long.py"] >= 1.5 > seconds["test_a_short.py"], seconds
+
+    ran.unlink()
+    out = run_pytest(tmp_path, None, "--quick", "-p", "no:xdist", cache=True)
+    assert outcome(out) == {"passed": 2}, out
+    assert ran.read_text().split() == ["long", "short"]
+
+    # under xdist, the controller hands its read of the times to both workers (their orders must be equal); the run's
+    # own times are written back by the controller, from every worker's reports
+    (tmp_path / ".pytest_cache" / "v" / quick_tier.LongestFirst.KEY).write_text("{}")
+    out = run_pytest(tmp_path, None, "--quick", "-n", "2", cache=True)
+    assert outcome(out) == {"passed": 2}, out
+    seconds = json.loads((tmp_path / ".pytest_cache" / "v" / quick_tier.LongestFirst.KEY).read_text())
+    assert set(seconds) == {"test_a_short.py", "test_b_long.py"} and seconds["test_b_long.py"] >= 1.5, seconds
