@@ -135,12 +135,19 @@ def test_under_xdist_one_worker_runs_every_heavy_test(tmp_path):
 
 
 def test_under_xdist_each_worker_watches_what_its_own_tests_start(tmp_path):
-    out = run_pytest(tmp_path, LIGHT_CASES, "--quick", "-n", "2")
+    """Also the order's run under xdist: the controller hands its read of the last times to both workers (their orders
+    must be equal, or xdist stops), and writes this run's from every worker's reports."""
+    times = tmp_path / ".pytest_cache" / "v" / quick_tier.LongestFirst.KEY
+    times.parent.mkdir(parents=True)
+    times.write_text(json.dumps({"test_cases.py": 1.0, "test_elsewhere.py": 2.0}))
+    out = run_pytest(tmp_path, LIGHT_CASES, "--quick", "-n", "2", cache=True)
     assert outcome(out) == {"passed": 3, "errors": 2}, out  # xdist's controller does not count the deselected
     assert "3 items" in out and "test_a_marked_raylet" not in out, out
     assert "test_cases.py::test_an_unmarked_raylet: this test started raylet but is not marked heavy" in out, out
     assert "test_cases.py::test_an_unmarked_vllm_engine: this test started VLLM::EngineCore but is not marked heavy" \
         in out, out
+    seconds = json.loads(times.read_text())
+    assert set(seconds) == {"test_cases.py", "test_elsewhere.py"} and seconds["test_cases.py"] >= 2, seconds
 
 
 class Item:
@@ -181,12 +188,4 @@ def test_the_quick_tier_runs_last_runs_longest_module_first_and_xdist_workers_ag
     ran.unlink()
     out = run_pytest(tmp_path, None, "--quick", "-p", "no:xdist", cache=True)
     assert outcome(out) == {"passed": 2}, out
-    assert ran.read_text().split() == ["long", "short"]
-
-    # under xdist, the controller hands its read of the times to both workers (their orders must be equal); the run's
-    # own times are written back by the controller, from every worker's reports
-    (tmp_path / ".pytest_cache" / "v" / quick_tier.LongestFirst.KEY).write_text("{}")
-    out = run_pytest(tmp_path, None, "--quick", "-n", "2", cache=True)
-    assert outcome(out) == {"passed": 2}, out
-    seconds = json.loads((tmp_path / ".pytest_cache" / "v" / quick_tier.LongestFirst.KEY).read_text())
-    assert set(seconds) == {"test_a_short.py", "test_b_long.py"} and seconds["test_b_long.py"] >= 1.5, seconds
+    assert ran.read_text().split() == ["long", "short"]  # under xdist: the next test

@@ -171,6 +171,25 @@ def copo_argv(*extra: str, model: str = "unused") -> list:
     ]
 
 
+def cli_exit_here(argv: list, capfd) -> tuple:
+    """`python -m openrlhf_copo.cli.train_ppo_ray ARGV` run in this process (its `main`), for a command line that ends
+    before anything trains (`--help`, a refusal): (its exit code, stdout, stderr), captured at the file descriptors, so
+    that what a library's logger writes is seen too. In this process, not a fresh one: a fresh Python spends 8-10 s
+    importing OpenRLHF, DeepSpeed and vLLM again (docs/testing.md). What runs here may patch this process as the CLI
+    would (its driver steps up to the refusal: `runtime_patches.apply`, as the `copo_patched` fixture does). The `-m`
+    entry itself runs in a fresh Python in tests/cli/test_train_ppo_ray.py's refusal on a machine without CUDA (the
+    quick tier's one) and in every end-to-end run (`train`)."""
+    import pytest
+
+    from openrlhf_copo.cli.train_ppo_ray import main
+
+    capfd.readouterr()  # what came before is not this command's
+    with pytest.raises(SystemExit) as ended:
+        main(list(argv))
+    out, err = capfd.readouterr()
+    return ended.value.code, out, err
+
+
 def make_rollout(rewards, answer_ids, prompt_len: int = 3, seed: int = 0):
     """One real OpenRLHF `Experience` per response, laid out as OpenRLHF's samples generator makes them:
     [1, T] sequences, prompt then response, per-sample info from the reward function's extra_logs."""

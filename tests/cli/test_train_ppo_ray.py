@@ -7,16 +7,14 @@ import pytest
 
 from openrlhf_copo.openrlhf_ext import runtime_patches
 from openrlhf_copo.openrlhf_ext.config import copo_settings
-from tests_support import copo_argv
+from tests_support import cli_exit_here, copo_argv
 
 OPENRLHF_ESTIMATORS = ["gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo", "flash_reinforce"]
 
 
-def test_help_shows_alias_and_copo_flags():
-    out = subprocess.run([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", "--help"],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    text = out.stdout
+def test_help_shows_alias_and_copo_flags(capfd):
+    code, text, err = cli_exit_here(["--help"], capfd)
+    assert code == 0, err
     assert "--advantage_estimator ESTIMATOR" in text and "--algo.advantage.estimator ESTIMATOR" in text
     for flag in ("--copo.gamma", "--copo.rho", "--copo.mode", "--copo.zero_control", "--copo.std", "--copo.eps",
                  "--copo.entropy_base"):
@@ -115,6 +113,9 @@ def test_unsupported_openrlhf_stops_the_cli_in_one_line(load_args, capsys, monke
 
 
 def test_cpu_only_settings_are_refused_on_a_machine_without_cuda():
+    """The quick tier's one run of `python -m openrlhf_copo.cli.train_ppo_ray` in a fresh Python (the other refusals
+    run its `main` in the test's process, `cli_exit_here`): the module's entry, and the driver's steps up to the device
+    decision in a process nothing else has patched."""
     import torch
 
     if torch.cuda.is_available():

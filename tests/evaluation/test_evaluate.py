@@ -134,14 +134,18 @@ def test_bad_inputs_name_the_file(tmp_path):
         parse_benchmark(f"mine={bad}")
 
 
-def test_missing_checkpoint_is_one_line_and_writes_nothing(tmp_path):
+def test_missing_checkpoint_is_one_line_and_writes_nothing(tmp_path, capfd):
+    """The CLI's `main` in this process (a fresh Python would spend 8 s importing vLLM again): the module's `-m` entry
+    runs in the end-to-end fixture above."""
+    from openrlhf_copo.cli.evaluate import main
+
     data = tmp_path / "b.jsonl"
     data.write_text('{"prompt": "1+1?", "label": "2"}\n')
-    out = subprocess.run([sys.executable, "-m", "openrlhf_copo.cli.evaluate", "--model", str(tmp_path / "missing"),
-                          "--benchmark", f"b={data}:2", "--out", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2
-    assert out.stderr.strip().splitlines()[-1] == f"evaluate: error: model or checkpoint {tmp_path / 'missing'} does not exist"
+    capfd.readouterr()
+    code = main(["--model", str(tmp_path / "missing"), "--benchmark", f"b={data}:2", "--out", str(tmp_path / "out")])
+    assert code == 2
+    err = capfd.readouterr().err
+    assert err.strip().splitlines()[-1] == f"evaluate: error: model or checkpoint {tmp_path / 'missing'} does not exist"
     assert not (tmp_path / "out").exists()
 
 

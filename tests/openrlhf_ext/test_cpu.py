@@ -7,7 +7,7 @@ import pytest
 
 from openrlhf_copo.openrlhf_ext import cpu
 from openrlhf_copo.vllm_cpu import OMP_BIND_ENV
-from tests_support import copo_argv
+from tests_support import cli_exit_here, copo_argv
 
 CPU_OK = ["--vllm.sync_backend", "gloo", "--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1"]
 
@@ -69,12 +69,13 @@ def test_nothing_is_applied_when_cuda_is_present():
     assert out.returncode == 0 and "untouched" in out.stdout, out.stderr[-2000:]
 
 
-def test_no_argument_run_on_a_gpu_machine_points_to_the_scripts():
-    code = ("import torch; torch.cuda.is_available = lambda: True\n"
-            "from openrlhf_copo.cli.train_ppo_ray import main; main(['--advantage_estimator', 'copo'])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2
-    assert "examples/scripts/train_copo_ray.sh" in out.stderr and "Traceback" not in out.stderr
+def test_no_argument_run_on_a_gpu_machine_points_to_the_scripts(monkeypatch, capfd):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    code, _, err = cli_exit_here(["--advantage_estimator", "copo"], capfd)
+    assert code == 2
+    assert "examples/scripts/train_copo_ray.sh" in err and "Traceback" not in err
 
 
 def test_cpu_path_is_active_in_this_process(cpu_path):

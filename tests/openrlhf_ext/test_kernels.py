@@ -9,7 +9,7 @@ import types
 import pytest
 
 from openrlhf_copo.openrlhf_ext import cpu, driver, kernels
-from tests_support import copo_argv
+from tests_support import cli_exit_here, copo_argv
 
 CUDA = ("--copo.device", "cuda", "--vllm.num_engines", "1")  # said outright: nothing is asked of this machine
 
@@ -96,12 +96,10 @@ def test_the_cpu_path_names_the_same_flag(load_args):
                                   "flash-attention, which has no CPU kernels"), problems
 
 
-def test_the_cli_refuses_in_one_line():
-    argv = copo_argv(*CUDA, "--ds.packing_samples")
-    out = subprocess.run([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 2, out.stderr[-2000:]
-    errors = [line for line in out.stderr.splitlines() if ": error: " in line]
-    assert len(errors) == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+def test_the_cli_refuses_in_one_line(capfd):
+    code, _, err = cli_exit_here(copo_argv(*CUDA, "--ds.packing_samples"), capfd)
+    assert code == 2, err[-2000:]
+    errors = [line for line in err.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and "Traceback" not in err, err[-2000:]
     assert errors[0].startswith("python -m openrlhf_copo.cli.train_ppo_ray: error: the actors run on CUDA "
                                 "(--copo.device cuda), where --ds.packing_samples needs flash-attn's compiled kernels")
