@@ -2,7 +2,6 @@
 the real kernels is refused in one line naming the flag; a run without them goes on (`openrlhf_ext/kernels.py`).
 This environment carries the stand-in (scripts/setup_cpu.sh installs it), as a stub GPU environment does."""
 
-import subprocess
 import sys
 import types
 
