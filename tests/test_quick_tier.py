@@ -68,8 +68,8 @@ def run_pytest(folder: Path, cases: str, *flags: str, cache: bool = False) -> st
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
            quick_tier.NESTED_ENV: str(os.getpid())}  # its tests' processes are its own to judge, not this test's
     env.pop("RAY_ADDRESS", None)
-    out = subprocess.run([sys.executable, "-m", "pytest", *([] if cache else ["-p", "no:cacheprovider"]), "-rA", *flags],
-                         cwd=folder,
+    no_cache = [] if cache else ["-p", "no:cacheprovider"]
+    out = subprocess.run([sys.executable, "-m", "pytest", *no_cache, "-rA", *flags], cwd=folder,
                          env=env, capture_output=True, text=True, timeout=300)
     return out.stdout + out.stderr
 
@@ -173,7 +173,7 @@ def ran(name):
 """
 
 
-def test_the_quick_tier_runs_last_runs_longest_module_first_and_xdist_workers_agree(tmp_path):
+def test_the_quick_tier_runs_the_longest_module_of_its_last_run_first(tmp_path):
     for name, code in SHORT_AND_LONG.items():
         (tmp_path / name).write_text("from ran import ran\n" + code)
     (tmp_path / "ran.py").write_text(RAN)
