@@ -218,21 +218,37 @@ class LongestFirst:
             cache.set(self.KEY, {**kept, **{m: round(s, 2) for m, s in self.seconds.items()}})
 
 
-HEAVY_GROUP = "heavy"  # the xdist group every heavy test joins
+HEAVY_GROUP = "heavy"  # the xdist group of the heavy tests that start a local Ray cluster
+HEAVY_NO_LOCAL_RAY_GROUP = "heavy-no-local-ray"  # ... and of those that start none: marked heavy(local_ray=False)
 
 
-class HeavyOnOneWorker:
-    """Under pytest-xdist's ``--dist loadgroup`` (the README's `pytest -n 2 --dist loadgroup`), every test marked heavy
-    joins one xdist group, so one worker runs them all, one at a time and in their order, while the other workers run
-    the rest. Why: two heavy tests at once would share the machine's two cores with two Ray clusters and two vLLM
-    engines, and a `ray.init()` of one could join the `ray start` cluster of the other. A light test at the same time
-    takes only what a heavy test leaves idle (a training run keeps about 1.5 of the 2 cores busy)."""
+def heavy_group(marker) -> str:
+    """The xdist group of a test marked ``heavy``: ``heavy(local_ray=False)`` says it starts no local Ray cluster."""
+    return HEAVY_GROUP if marker.kwargs.get("local_ray", True) else HEAVY_NO_LOCAL_RAY_GROUP
+
+
+class HeavyGroups:
+    """Under pytest-xdist's ``--dist loadgroup`` (the README's `pytest -n 2 --dist loadgroup`), the heavy tests join two
+    xdist groups; each group runs on one worker, one test at a time and in their order, the two groups side by side.
+
+    - ``heavy``: the tests that start a local Ray cluster (a bare `ray.init()`, the CLI's CPU path, a `ray start` in a
+      temp dir that a bare `ray.init()` reads). Two of those at once could join each other's cluster or take the same
+      default ports, so they run one after another.
+    - ``heavy-no-local-ray``, marked ``heavy(local_ray=False)``: tests whose Ray clusters are `ray start` clusters with
+      ports and a temp dir of their own (`scripts/ray_cluster.sh`), reached by address only, or that start no Ray at
+      all (a vLLM engine alone). No `ray.init()` of the other group can find them, so they run beside it.
+
+    Why two groups and not one: a tiny training run keeps about 1.3 of the 2 cores busy (its start-up is a driver and
+    an engine importing one at a time), so one heavy test at a time left a core half idle once the light tests were
+    done. Two heavy files side by side took 320 s against 362 s one after the other (2026-12-05). The light tests fill
+    what is left; xdist hands the two groups (its largest units of work) out first, one to each worker."""
 
     @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group off each test (xdist/remote.py)
     def pytest_collection_modifyitems(self, config, items):
         for item in items:
-            if item.get_closest_marker(MARK) is not None and item.get_closest_marker("xdist_group") is None:
-                item.add_marker(pytest.mark.xdist_group(HEAVY_GROUP))
+            marker = item.get_closest_marker(MARK)
+            if marker is not None and item.get_closest_marker("xdist_group") is None:
+                item.add_marker(pytest.mark.xdist_group(heavy_group(marker)))
 
 
 def xdist_controller(config) -> bool:
@@ -241,9 +257,9 @@ def xdist_controller(config) -> bool:
 
 
 def configure(config) -> None:
-    """Register the heavy tests' xdist group, and where --quick is given the quick tier's plugin (in the processes that
+    """Register the heavy tests' xdist groups, and where --quick is given the quick tier's plugin (in the processes that
     run tests: under xdist, each worker watches what its own tests start) and its order, longest module first."""
-    config.pluginmanager.register(HeavyOnOneWorker(), "heavy_on_one_worker")
+    config.pluginmanager.register(HeavyGroups(), "heavy_groups")
     if config.getoption(OPTION):
         config.pluginmanager.register(LongestFirst(config), "longest_first")
         if not xdist_controller(config):

@@ -105,7 +105,7 @@ def test_the_quick_tier_fails_an_unmarked_test_that_starts_a_real_ray_cluster(tm
             "at the end) but is not marked heavy") in out, out
 
 
-# each test writes which xdist worker ran it, heavy ones first: without the heavy tests' group, xdist's load scheduling
+# each test writes which xdist worker ran it, heavy ones first: without the heavy tests' groups, xdist's load scheduling
 # hands the first two to one worker and the next two to the other
 ON_WHICH_WORKER = """
 import os
@@ -121,17 +121,24 @@ def ran(name):
 def test_heavy(i):
     ran(f"heavy{i}")
 
+@pytest.mark.heavy(local_ray=False)
+@pytest.mark.parametrize("i", range(3))
+def test_heavy_without_local_ray(i):
+    ran(f"apart{i}")
+
 @pytest.mark.parametrize("i", range(4))
 def test_light(i):
     ran(f"light{i}")
 """
 
 
-def test_under_xdist_one_worker_runs_every_heavy_test(tmp_path):
+def test_under_xdist_each_heavy_group_runs_on_one_worker_and_the_two_side_by_side(tmp_path):
     out = run_pytest(tmp_path, ON_WHICH_WORKER, "-n", "2", "--dist", "loadgroup")
-    assert outcome(out) == {"passed": 8}, out
+    assert outcome(out) == {"passed": 11}, out
     workers = dict(line.split() for line in (tmp_path / "workers.txt").read_text().splitlines())
-    assert len({workers[f"heavy{i}"] for i in range(4)}) == 1, workers
+    local_ray = {workers[f"heavy{i}"] for i in range(4)}
+    apart = {workers[f"apart{i}"] for i in range(3)}
+    assert len(local_ray) == 1 and len(apart) == 1 and local_ray != apart, workers
 
 
 def test_under_xdist_each_worker_watches_what_its_own_tests_start(tmp_path):

@@ -19,7 +19,9 @@ import pytest
 
 from tests_support import REPO, copo_argv, free_port
 
-pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
+# starts Ray (left out by `pytest --quick`); its cluster is `scripts/ray_cluster.sh`'s, with ports and a temp dir of its
+# own, so no local Ray cluster: it runs beside the other heavy tests
+pytestmark = pytest.mark.heavy(local_ray=False)
 
 RAY = str(Path(sys.executable).parent / "ray")
 
