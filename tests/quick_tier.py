@@ -235,8 +235,9 @@ class HeavyGroups:
       temp dir that a bare `ray.init()` reads). Two of those at once could join each other's cluster or take the same
       default ports, so they run one after another.
     - ``heavy-no-local-ray``, marked ``heavy(local_ray=False)``: tests whose Ray clusters are `ray start` clusters with
-      ports and a temp dir of their own (`scripts/ray_cluster.sh`), reached by address only, or that start no Ray at
-      all (a vLLM engine alone). No `ray.init()` of the other group can find them, so they run beside it.
+      ports and a temp dir of their own (`scripts/ray_cluster.sh`, `tests_support.ray_start_ports`), reached by address
+      only, or that start no Ray at all (a vLLM engine alone). No `ray.init()` of the other group can find them, so
+      they run beside it; among themselves one at a time (`scripts/ray_cluster.sh` heads share Ray's client port).
 
     Why two groups and not one: a tiny training run keeps about 1.3 of the 2 cores busy (its start-up is a driver and
     an engine importing one at a time), so one heavy test at a time left a core half idle once the light tests were
