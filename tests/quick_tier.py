@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import Optional, Tuple
 
 import pytest
 
@@ -218,38 +219,61 @@ class LongestFirst:
             cache.set(self.KEY, {**kept, **{m: round(s, 2) for m, s in self.seconds.items()}})
 
 
-HEAVY_GROUP = "heavy"  # the xdist group of the heavy tests that start a local Ray cluster
-HEAVY_NO_LOCAL_RAY_GROUP = "heavy-no-local-ray"  # ... and of those that start none: marked heavy(local_ray=False)
+HEAVY_GROUPS = {1: "heavy", 2: "heavy-2"}  # the xdist groups of the heavy tests: heavy (group 1) and heavy(group=2)
 
 
-def heavy_group(marker) -> str:
-    """The xdist group of a test marked ``heavy``: ``heavy(local_ray=False)`` says it starts no local Ray cluster."""
-    return HEAVY_GROUP if marker.kwargs.get("local_ray", True) else HEAVY_NO_LOCAL_RAY_GROUP
+def heavy_group(marker) -> Tuple[str, Optional[str]]:
+    """(the xdist group of a test marked ``heavy``, what is wrong with its mark or None): ``heavy`` alone is group 1,
+    ``heavy(group=2)`` group 2. Any other argument is wrong (a misspelt one would otherwise put the test in group 1
+    unseen); such a test goes to group 1, the safe one, and fails at its setup naming the mark."""
+    group = marker.kwargs.get("group", 1)
+    if set(marker.kwargs) - {"group"} or marker.args or group not in HEAVY_GROUPS:
+        return HEAVY_GROUPS[1], (f"@pytest.mark.heavy takes only group=1 or group=2 (tests/quick_tier.py, HeavyGroups);"
+                                 f" got args {marker.args}, kwargs {marker.kwargs}")
+    return HEAVY_GROUPS[group], None
 
 
 class HeavyGroups:
     """Under pytest-xdist's ``--dist loadgroup`` (the README's `pytest -n 2 --dist loadgroup`), the heavy tests join two
-    xdist groups; each group runs on one worker, one test at a time and in their order, the two groups side by side.
+    xdist groups: ``heavy`` (marked ``heavy``) and ``heavy-2`` (marked ``heavy(group=2)``). Each group runs on one
+    worker, one test at a time and in their order, the two groups side by side; the light tests fill what is left, on
+    whichever worker is free (xdist hands the two groups, its largest units of work, out first).
 
-    - ``heavy``: the tests that start a local Ray cluster (a bare `ray.init()`, the CLI's CPU path, a `ray start` in a
-      temp dir that a bare `ray.init()` reads). Two of those at once could join each other's cluster or take the same
-      default ports, so they run one after another.
-    - ``heavy-no-local-ray``, marked ``heavy(local_ray=False)``: tests whose Ray clusters are `ray start` clusters with
-      ports and a temp dir of their own (`scripts/ray_cluster.sh`, `tests_support.ray_start_ports`), reached by address
-      only, or that start no Ray at all (a vLLM engine alone). No `ray.init()` of the other group can find them, so
-      they run beside it; among themselves one at a time (`scripts/ray_cluster.sh` heads share Ray's client port).
+    Which group a test joins is a matter of balance, within three rules:
+
+    - Tests that share a module or session fixture stay in one group, or the fixture is made twice: the first
+      end-to-end run's readers (tests/e2e/conftest.py) are all in ``heavy``.
+    - `scripts/ray_cluster.sh` heads all take Ray's client port 10001, so the tests that start them are in one group
+      (``heavy-2``), one at a time.
+    - Two local Ray clusters, one per group, may run at once: neither finds the other (a local cluster writes no
+      address file; a bare `ray.init()` reads only the default temp dir's, which no test's `ray start` writes), their
+      GCS and worker ports are free ones, and the one port they share, the dashboard agent's HTTP port 52365, the later
+      agent gives up after about 3 s of retries and lives on (Ray 2.55, dashboard/http_server_agent.py). Only
+      `ray job submit` needs that port, and the tests that submit jobs start `ray start` clusters with ports of their
+      own. tests/openrlhf_ext/test_cpu.py runs two at once and checks this.
 
     Why two groups and not one: a tiny training run keeps about 1.3 of the 2 cores busy (its start-up is a driver and
     an engine importing one at a time), so one heavy test at a time left a core half idle once the light tests were
-    done. Two heavy files side by side took 320 s against 362 s one after the other (2026-12-05). The light tests fill
-    what is left; xdist hands the two groups (its largest units of work) out first, one to each worker."""
+    done. Two heavy files side by side took 320 s against 362 s one after the other (2026-12-05). Balance: group 1
+    should not take more than half of the suite's test-seconds, or its worker runs alone at the end (docs/testing.md
+    has the sums)."""
+
+    WRONG_MARK = pytest.StashKey[str]()
 
     @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group off each test (xdist/remote.py)
     def pytest_collection_modifyitems(self, config, items):
         for item in items:
             marker = item.get_closest_marker(MARK)
             if marker is not None and item.get_closest_marker("xdist_group") is None:
-                item.add_marker(pytest.mark.xdist_group(heavy_group(marker)))
+                group, wrong = heavy_group(marker)
+                item.add_marker(pytest.mark.xdist_group(group))
+                if wrong:
+                    item.stash[self.WRONG_MARK] = wrong
+
+    def pytest_runtest_setup(self, item):
+        # a collection error raised in an xdist worker ends in an INTERNALERROR without its message: fail the test
+        if self.WRONG_MARK in item.stash:
+            pytest.fail(f"{item.nodeid}: {item.stash[self.WRONG_MARK]}", pytrace=False)
 
 
 def xdist_controller(config) -> bool:

@@ -129,7 +129,7 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-@pytest.mark.heavy(local_ray=False)  # two `ray start` clusters, each in a temp dir and on ports of its own
+@pytest.mark.heavy(group=2)  # two `ray start` clusters, each in a temp dir and on ports of its own
 def test_the_head_tests_stop_ends_its_own_nodes_and_no_other_cluster():
     """`ray stop --force` (the head-without-GPU test's old clean-up) ends every Ray on the machine. `RayNodes.stop`
     ends the process groups of the nodes it started: another cluster on the machine keeps answering."""

@@ -97,7 +97,7 @@ def test_without_quick_every_test_runs_and_nothing_is_watched(tmp_path):
     assert outcome(out) == {"passed": 4}, out
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(group=2)  # a local Ray cluster, in group 2 for balance (tests/quick_tier.py)
 def test_the_quick_tier_fails_an_unmarked_test_that_starts_a_real_ray_cluster(tmp_path):
     out = run_pytest(tmp_path, REAL_RAY, "--quick")
     assert outcome(out) == {"passed": 1, "error": 1}, out
@@ -121,9 +121,9 @@ def ran(name):
 def test_heavy(i):
     ran(f"heavy{i}")
 
-@pytest.mark.heavy(local_ray=False)
+@pytest.mark.heavy(group=2)
 @pytest.mark.parametrize("i", range(3))
-def test_heavy_without_local_ray(i):
+def test_heavy_of_group_2(i):
     ran(f"apart{i}")
 
 @pytest.mark.parametrize("i", range(4))
@@ -136,9 +136,19 @@ def test_under_xdist_each_heavy_group_runs_on_one_worker_and_the_two_side_by_sid
     out = run_pytest(tmp_path, ON_WHICH_WORKER, "-n", "2", "--dist", "loadgroup")
     assert outcome(out) == {"passed": 11}, out
     workers = dict(line.split() for line in (tmp_path / "workers.txt").read_text().splitlines())
-    local_ray = {workers[f"heavy{i}"] for i in range(4)}
-    apart = {workers[f"apart{i}"] for i in range(3)}
-    assert len(local_ray) == 1 and len(apart) == 1 and local_ray != apart, workers
+    group_1 = {workers[f"heavy{i}"] for i in range(4)}
+    group_2 = {workers[f"apart{i}"] for i in range(3)}
+    assert len(group_1) == 1 and len(group_2) == 1 and group_1 != group_2, workers
+
+
+def test_a_heavy_mark_with_another_argument_is_refused_naming_the_test(tmp_path):
+    """`heavy(local_ray=False)`, the mark's argument before the groups were balanced, would otherwise put the test in
+    group 1 unseen."""
+    out = run_pytest(tmp_path, "import pytest\n\n@pytest.mark.heavy(local_ray=False)\ndef test_old(): pass\n",
+                     "-n", "2", "--dist", "loadgroup")
+    assert outcome(out) == {"error": 1}, out  # failed at its setup
+    assert re.search(r"test_cases.py::test_old(@heavy)?: @pytest.mark.heavy takes only group=1 or group=2 .*"
+                     r"kwargs \{'local_ray': False\}", out), out
 
 
 def test_under_xdist_each_worker_watches_what_its_own_tests_start(tmp_path):

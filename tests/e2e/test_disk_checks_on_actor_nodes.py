@@ -20,8 +20,8 @@ import pytest
 from tests_support import REPO, copo_argv, free_port
 
 # starts Ray (left out by `pytest --quick`); its cluster is `scripts/ray_cluster.sh`'s, with ports and a temp dir of its
-# own, so no local Ray cluster: it runs beside the other heavy tests
-pytestmark = pytest.mark.heavy(local_ray=False)
+# own; group 2, where every `scripts/ray_cluster.sh` head is (tests/quick_tier.py)
+pytestmark = pytest.mark.heavy(group=2)
 
 RAY = str(Path(sys.executable).parent / "ray")
 

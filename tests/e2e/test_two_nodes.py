@@ -22,8 +22,8 @@ from openrlhf_copo.cpu_demo.models import tiny_qwen2
 from tests_support import REPO, WORKER_IN_ENGINE_CORE, free_port, submit_runtime_env, train_argv, write_prompts
 
 # starts Ray, vLLM engines and training runs (left out by `pytest --quick`); its cluster is `scripts/ray_cluster.sh`'s,
-# with ports and a temp dir of its own, so no local Ray cluster: it runs beside the other heavy tests
-pytestmark = pytest.mark.heavy(local_ray=False)
+# with ports and a temp dir of its own; group 2, where every `scripts/ray_cluster.sh` head is (tests/quick_tier.py)
+pytestmark = pytest.mark.heavy(group=2)
 
 RAY = str(Path(sys.executable).parent / "ray")
 PROG_ERROR = "python -m openrlhf_copo.cli.train_ppo_ray: error: training stopped:"

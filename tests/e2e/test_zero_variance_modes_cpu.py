@@ -14,7 +14,8 @@ import torch
 from openrlhf_copo.cpu_demo.models import tiny_qwen2
 from tests_support import REPO, load_weights, metrics, train, write_prompts
 
-pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
+# starts Ray, a vLLM engine and a training run: left out by `pytest --quick`; group 2 for balance (tests/quick_tier.py)
+pytestmark = pytest.mark.heavy(group=2)
 
 #: No checkpoint, and bf16, the CPU path's default: the one training run of the suite in bf16 end to end (DeepSpeed's
 #: bf16 section, vLLM's bf16 engine, the weight sync in bf16); the others train in fp32, several times faster on a

@@ -42,7 +42,7 @@ def by_prompt(samples):
     return [groups[i] for i in sorted(groups)]
 
 
-@pytest.mark.heavy(local_ray=False)  # the `evaluated` fixture: a vLLM engine, no Ray
+@pytest.mark.heavy(group=2)  # the `evaluated` fixture: a vLLM engine (tests/quick_tier.py: the groups)
 def test_metrics_recomputed_by_hand(evaluated):
     _, _, payload = evaluated
     res = payload["results"]["smollm2"]["arith"]
@@ -72,7 +72,7 @@ def test_metrics_recomputed_by_hand(evaluated):
     assert all({"response", "answer", "answer_id", "correct", "label"} <= set(s) for s in res["samples"])
 
 
-@pytest.mark.heavy(local_ray=False)  # the `evaluated` fixture: a vLLM engine, no Ray
+@pytest.mark.heavy(group=2)  # the `evaluated` fixture: a vLLM engine (tests/quick_tier.py: the groups)
 def test_table_layout_and_weighted_averages(evaluated):
     tmp, stdout, payload = evaluated
     table = (tmp / "out" / "table.md").read_text()

@@ -1,7 +1,12 @@
 """The CPU device path: refused settings, loopback-only Ray, and nothing applied where CUDA exists."""
 
+import json
+import os
+import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +51,72 @@ def test_ray_is_local_and_on_loopback(load_args, no_ray_cluster):
     env = kw["runtime_env"]["env_vars"]
     assert env["OPENRLHF_COPO_CPU"] == "1" and env["VLLM_HOST_IP"] == "127.0.0.1"
     assert env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0" and env["NCCL_DEBUG"] == "WARN"
+
+
+#: A driver of a local cluster started with the CPU path's `ray.init` arguments (given as JSON): it prints its cluster's
+#: GCS address, its session folder and the GCS address a task of its own sees; waits for the file ``go``; runs a task
+#: again and prints what it sees.
+LOCAL_CLUSTER = """
+import json, os, sys, time
+from pathlib import Path
+import ray
+
+kwargs, go = json.loads(sys.argv[1]), Path(sys.argv[2])
+ray.init(**kwargs, log_to_driver=False)
+
+@ray.remote(num_cpus=0)
+def seen():
+    return ray.get_runtime_context().gcs_address
+
+def say(**kw):
+    print(json.dumps({"gcs": ray.get_runtime_context().gcs_address, "task_gcs": ray.get(seen.remote()), **kw}),
+          flush=True)
+
+say(session=ray._private.worker._global_node.get_session_dir_path())
+while not go.exists():
+    time.sleep(0.2)
+say()
+ray.shutdown()
+"""
+
+
+@pytest.mark.heavy(group=2)  # two local Ray clusters (and this is why group 2 may hold one beside group 1's)
+def test_two_local_clusters_of_the_cpu_path_run_side_by_side_each_on_its_own(load_args, no_ray_cluster, tmp_path):
+    """What lets the two heavy groups of the suite each start a local Ray cluster at once (tests/quick_tier.py): two
+    clusters started as the CPU path starts them (`cpu.ray_init_kwargs`: address "local"), in Ray's default temp dir
+    as the CLI's runs are, each run their tasks in their own cluster; the one port they share, the dashboard agent's
+    HTTP port 52365, one agent gives up and its cluster goes on working."""
+    kwargs = cpu.ray_init_kwargs(load_args(copo_argv(*CPU_OK)), {})
+    assert kwargs["address"] == "local"
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_TMPDIR", "RAY_ADDRESS")}  # Ray's default temp dir
+    go = tmp_path / "go"
+    drivers = [subprocess.Popen([sys.executable, "-c", LOCAL_CLUSTER, json.dumps(kwargs), str(go)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    try:
+        first = []
+        for d in drivers:
+            line = d.stdout.readline()  # its cluster is up
+            assert line, d.communicate(timeout=60)[1][-3000:]
+            first.append(json.loads(line))
+        logs = [Path(f["session"]) / "logs" / "dashboard_agent.log" for f in first]
+        deadline = time.time() + 60  # the agent's retries take about 3 s
+        while not any(re.search(r"port #?52365 failed to bind after", p.read_text()) for p in logs if p.exists()):
+            assert time.time() < deadline, [p.read_text()[-2000:] for p in logs if p.exists()]
+            time.sleep(0.5)
+        go.touch()
+        second = []
+        for d in drivers:
+            out, err = d.communicate(timeout=120)
+            assert d.returncode == 0, err[-3000:]
+            second.append(json.loads(out))
+    finally:
+        go.touch()
+        for d in drivers:
+            if d.poll() is None:
+                d.kill()
+    assert first[0]["gcs"] != first[1]["gcs"] and first[0]["session"] != first[1]["session"]
+    for f, s in zip(first, second):  # each cluster's tasks ran in it, before and after the agent gave the port up
+        assert f["task_gcs"] == f["gcs"] == s["task_gcs"] == s["gcs"]
 
 
 PRETEND_CUDA = """

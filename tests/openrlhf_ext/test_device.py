@@ -106,7 +106,7 @@ def ray_start_head(root: Path, *flags: str):
         nodes.stop()
 
 
-@pytest.mark.heavy(local_ray=False)  # `ray start` clusters, each in a temp dir and on ports of its own
+@pytest.mark.heavy(group=2)  # `ray start` clusters, each in a temp dir and on ports of its own
 @pytest.mark.parametrize("flags, expected, reason", [
     # the issue's case: until issue 44 taken as "no Ray cluster to join", and the run went to the CPU path
     (["--num-gpus", "1"], "cuda", "declares 1 GPU slot(s), none marked logical"),
@@ -165,7 +165,7 @@ def test_the_cpu_decision_exports_the_cpu_path_to_the_workers(load_args, monkeyp
     assert kwargs["runtime_env"]["env_vars"][CPU_ENV] == "1" and "address" not in kwargs
 
 
-@pytest.mark.heavy(local_ray=False)  # a two-node Ray cluster (`scripts/ray_cluster.sh`: own ports and temp dir)
+@pytest.mark.heavy(group=2)  # a two-node Ray cluster (`scripts/ray_cluster.sh`: its heads are all in group 2)
 def test_auto_on_a_real_cluster_whose_gpus_are_all_held_decides_without_waiting(tmp_path):
     """A real two-node cluster (`scripts/ray_cluster.sh`, its slots marked logical) whose every GPU slot is held by
     another job's actor: `auto` reads what the cluster declares and decides at once (the earlier probe waited up to

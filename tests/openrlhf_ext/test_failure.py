@@ -17,7 +17,7 @@ def test_an_error_raised_in_a_ray_actor_ends_on_its_own_line():
     assert failure_line(wrapped, None) == f"training stopped: RewardCheckError: {cause}"
 
 
-@pytest.mark.heavy  # a local Ray cluster
+@pytest.mark.heavy(group=2)  # a local Ray cluster (tests/quick_tier.py: one per group at a time)
 def test_a_rank_killed_mid_collective_is_named_not_the_rank_that_noticed():
     """Seen in CI: with one DeepSpeed rank SIGKILLed, the other rank's gloo all-reduce failed first
     ("Connection reset by peer") and the last line named that RuntimeError, not the dead rank. Real Ray actors

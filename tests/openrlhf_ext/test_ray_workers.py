@@ -8,7 +8,7 @@ import ray
 from openrlhf_copo.openrlhf_ext import driver, runtime_patches
 from tests_support import REWARD_FILE
 
-pytestmark = pytest.mark.heavy  # a local Ray cluster: left out by `pytest --quick`
+pytestmark = pytest.mark.heavy(group=2)  # a local Ray cluster: left out by `pytest --quick`; group 2 for balance
 
 
 def start_ray(runtime_env=None):

@@ -203,7 +203,7 @@ print("RESULT", json.dumps({"alone": alone["12+7="], "batched": batched["12+7="]
 """
 
 
-@pytest.mark.heavy(local_ray=False)  # a vLLM engine, no Ray
+@pytest.mark.heavy(group=2)  # a vLLM engine, no Ray
 def test_a_seeded_draw_is_the_same_alone_or_in_a_batch_in_the_real_vllm(tmp_path):
     """vLLM's per-request seed on the CPU: the same prompt's first draw comes out the same when sent alone and
     amid other prompts (unseeded, the engine's one generator serves the batch in arrival order), and the
