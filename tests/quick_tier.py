@@ -254,9 +254,10 @@ class HeavyGroups:
 
     Why two groups and not one: a tiny training run keeps about 1.3 of the 2 cores busy (its start-up is a driver and
     an engine importing one at a time), so one heavy test at a time left a core half idle once the light tests were
-    done. Two heavy files side by side took 320 s against 362 s one after the other (2026-12-05). Balance: group 1
-    should not take more than half of the suite's test-seconds, or its worker runs alone at the end (docs/testing.md
-    has the sums)."""
+    done. Two heavy files side by side took 320 s against 362 s one after the other (2026-12-05). Balance: a group
+    longer than half of the suite's test-seconds leaves its worker alone at the end; evening them out (2026-12-05,
+    docs/testing.md's eighth pair) removed that tail but not measurably the suite's time, since a heavy test beside
+    another heavy test takes longer."""
 
     WRONG_MARK = pytest.StashKey[str]()
 

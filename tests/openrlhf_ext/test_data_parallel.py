@@ -12,7 +12,7 @@ import torch
 from openrlhf_copo.contract import WEIGHTED_GLOBAL_ADV
 from tests_support import copo_argv, experience_maker, make_rollout
 
-pytestmark = [pytest.mark.usefixtures("copo_patched"), pytest.mark.heavy(group=2)]  # a local Ray cluster, DeepSpeed ranks
+pytestmark = [pytest.mark.usefixtures("copo_patched"), pytest.mark.heavy(group=2)]  # local Ray, DeepSpeed ranks
 
 # 4 prompts x 4: all correct, all wrong (two answers), mixed, all wrong (one answer): every COPO regime.
 REWARDS = [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0]]
