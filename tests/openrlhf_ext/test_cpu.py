@@ -57,7 +57,7 @@ def test_ray_is_local_and_on_loopback(load_args, no_ray_cluster):
 #: GCS address, its session folder and the GCS address a task of its own sees; waits for the file ``go``; runs a task
 #: again and prints what it sees.
 LOCAL_CLUSTER = """
-import json, os, sys, time
+import json, sys, time
 from pathlib import Path
 import ray
 
