@@ -81,9 +81,10 @@ def test_ci_runs_the_readmes_test_command():
     assert ci == commands, (ci, commands)
 
 
-#: The project's own markdown pages: everything git tracks as .md outside the environment and caches.
-PAGES = sorted(p for p in REPO.rglob("*.md")
-               if not {".venv", ".git", ".pytest_cache", "node_modules"} & set(p.relative_to(REPO).parts))
+#: The project's own markdown pages: the README, docs/, the committed results and reports under benchmarks/, patches/
+#: (not the whole tree: the environment, caches and a GPU bundle's staging folder hold other projects' pages).
+PAGES = sorted([*REPO.glob("*.md"), *(p for folder in ("docs", "benchmarks", "patches")
+                                       for p in (REPO / folder).rglob("*.md"))])
 
 
 def anchors(page: Path) -> set:
