@@ -256,8 +256,8 @@ class HeavyGroups:
     an engine importing one at a time), so one heavy test at a time left a core half idle once the light tests were
     done. Two heavy files side by side took 320 s against 362 s one after the other (2026-12-05). Balance: a group
     longer than half of the suite's test-seconds leaves its worker alone at the end; evening them out (2026-12-05,
-    docs/testing.md's eighth pair) removed that tail but not measurably the suite's time, since a heavy test beside
-    another heavy test takes longer."""
+    benchmarks/results/suite_times.md, pair 8) removed that tail but not measurably the suite's time, since a heavy
+    test beside another heavy test takes longer."""
 
     WRONG_MARK = pytest.StashKey[str]()
 
