@@ -16,7 +16,8 @@ import pytest
 
 from openrlhf_copo import compare
 from openrlhf_copo.cli import compare as cli
-from openrlhf_copo.compare_runs import RunLock, check_steps, process_start, resume_step
+from openrlhf_copo.compare.runner import check_steps, resume_step
+from openrlhf_copo.compare_runs import RunLock, process_start
 from tests_support import REPO
 
 

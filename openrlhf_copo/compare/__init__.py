@@ -1,0 +1,77 @@
+"""Paired comparison of advantage methods on one model and data set: `python -m openrlhf_copo.cli.compare`.
+
+    runs (method x seed, resumable)  ->  each run's metrics file  ->  each method minus GRPO, paired, over seeds
+
+Every run is `python -m openrlhf_copo.cli.train_ppo_ray` with the same flags but the method's (`METHODS`), and the
+flags that make runs of one seed comparable (`PAIRED`): the same start weights, the same prompts in the same order
+(`--copo.same_pipeline` puts OpenRLHF's own estimators, DAPO's, on the same seeded prompt order), the same first
+rollout batch (`--copo.seeded_rollouts`), and an evaluation after the last step (`--copo.eval_after_train`) on the
+same held-out prompts, decoded greedily, whose per-prompt verdicts (`--copo.eval_greedy`) are compared prompt by
+prompt. The step-0 evaluation is the same model on the same prompts for every method of a seed: the seed's first
+run makes it, and the others share it.
+
+A method's difference from the baseline (GRPO) is, per seed, the mean of the per-prompt differences of the final
+greedy verdicts; over seeds, their mean with a 95% t-interval over seeds (training randomness included; Student's t,
+`t_quantile`), beside what those seeds could detect and the seeds a given difference would need (`detectable`); with
+one seed, the interval is over its prompts, and says so. It is given pooled over every held-out prompt and per
+held-out source (OpenRLHF evaluates each ``datasource`` apart). What each run saw at its first step (the share of
+zero-variance groups, of all-incorrect ones, of responses with a gradient) is reported beside it: the regime the
+comparison was made in.
+
+Each run records its settings (`settings_of`, by the flag that sets each) in its ``done.json``: a rerun keeps a
+finished run only if they are the command's, and a report pairs only runs whose settings agree, naming the flag
+that differs otherwise; the method's flags (``method_flags``) likewise. Every run draws steps x prompts per step
+prompts, as many distinct ones as the data and the steps allow (`prompt_plan`). Flags after -- that would redefine a
+method or one of the tool's settings are refused before any run (`check_extra`); `plan` is the whole sweep, printed
+before anything runs (--dry_run). A run saves a checkpoint every `Setting.save_every` steps; one that stopped goes on
+from its newest on a rerun, and one that failed is recorded while the others go on (`run_one`, `run_all`; the process
+side in `openrlhf_copo.compare_runs`).
+
+The package, one concern a module:
+
+    methods      METHODS, SAMPLE_FACTOR, PAIRED, BASELINE; what a run records of its method; sampling budgets
+    setting      Setting (one comparison), run_dir, FLAGS (what a run records of its setting), the sweep and the
+                 evaluations each run makes
+    prompts      the prompts every run draws (prompt_plan), the file they train on (train_file), the held-out sources
+    command      each run's train_ppo_ray command line (run_argv, TOOL_FLAGS) and the checks of the flags after --
+    provenance   what a run records of how it was made (done.json) and which runs may be kept or paired
+    runner       run_one, run_all, resuming from a run's checkpoints, a finished run's steps checked
+    plan         the plan and its cost, before anything runs (--dry_run)
+    stats        the paired difference over seeds: t-intervals, what the seeds could detect
+    report       read_run, report, markdown
+
+The CPU benchmark's settings are presets of this (benchmarks/learning_curve.py); on a GPU cluster the same tool
+takes your model, data, G, prompts per step, steps, learning rate, start checkpoint and any OpenRLHF flag. It has
+run on the CPU only (the tiny model in tests/test_compare.py, SmolLM2 in the benchmark); not on a GPU.
+"""
+
+from openrlhf_copo.compare.command import TOOL_FLAGS, check_extra, checkpoint_flags, extra_conflicts, run_argv
+from openrlhf_copo.compare.methods import (BASELINE, METHODS, PAIRED, SAMPLE_FACTOR, method_record,
+                                           rho_keeping_every_split, samples_per_prompt, sampling_budget)
+from openrlhf_copo.compare.plan import RECIPE_STEP, plan, plan_text
+from openrlhf_copo.compare.prompts import held_out_sources, prompt_plan, train_file, whole_passes
+from openrlhf_copo.compare.provenance import (PACKAGES, check_finished_run, check_same_environment,
+                                              check_same_method_flags, check_same_settings, check_same_start,
+                                              environment, environment_differs, file_sha256, finished_runs,
+                                              is_finished, method_flags_differ, start_fingerprint)
+from openrlhf_copo.compare.report import (FIRST_STEP_KEYS, final_point, first_step_regime, markdown, read_run, report,
+                                          samples_per_prompt_of)
+from openrlhf_copo.compare.runner import (FAILED, STARTED, RunFailed, check_steps, checkpoint_tags, failed_runs,
+                                          has_every_row, prepare_run_folder, record_failure, resume_step, run_all,
+                                          run_one)
+from openrlhf_copo.compare.setting import (FLAGS, STEP0_FLAG, Setting, due_evaluations, evaluations, run_dir,
+                                           settings_differ, settings_of, sweep)
+from openrlhf_copo.compare.stats import (POWER, TARGET_DIFFERENCES, detectable, mean_se, paired_over_seeds, t_cdf,
+                                         t_quantile)
+
+__all__ = ["BASELINE", "FAILED", "FIRST_STEP_KEYS", "FLAGS", "METHODS", "PACKAGES", "PAIRED", "POWER", "RECIPE_STEP",
+           "SAMPLE_FACTOR", "STARTED", "STEP0_FLAG", "TARGET_DIFFERENCES", "TOOL_FLAGS", "RunFailed", "Setting",
+           "check_extra", "check_finished_run", "check_same_environment", "check_same_method_flags",
+           "check_same_settings", "check_same_start", "check_steps", "checkpoint_flags", "checkpoint_tags",
+           "detectable", "due_evaluations", "environment", "environment_differs", "evaluations", "extra_conflicts",
+           "failed_runs", "file_sha256", "final_point", "finished_runs", "first_step_regime", "has_every_row",
+           "held_out_sources", "is_finished", "markdown", "mean_se", "method_flags_differ", "method_record",
+           "paired_over_seeds", "plan", "plan_text", "prepare_run_folder", "prompt_plan", "read_run", "record_failure",
+           "report", "resume_step", "rho_keeping_every_split", "run_all", "run_argv", "run_dir", "run_one",
+           "samples_per_prompt", "samples_per_prompt_of", "sampling_budget", "settings_differ", "settings_of",
+           "start_fingerprint", "sweep", "t_cdf", "t_quantile", "train_file", "whole_passes"]
