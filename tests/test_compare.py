@@ -381,6 +381,11 @@ def test_the_documented_command_fits_one_8_gpu_node_and_dapo_math_17k(tmp_path, 
 # Issue 49: flags after -- that redefine a method, --report_only, the intervals, --dry_run, --help.
 
 
+#: What the CPU path needs of a run that OpenRLHF's defaults do not give (cpu.cpu_problems refuses nccl and
+#: flash-attention); fp32 is the CPU demo's dtype.
+CPU_FLAGS = ["--vllm.sync_backend", "gloo", "--ds.attn_implementation", "sdpa", "--ds.param_dtype", "fp32"]
+
+
 def _data(tmp_path, rows: int = 10) -> None:
     (tmp_path / "train.jsonl").write_text("".join(f'{{"prompt": "q{n}", "label": "1"}}\n' for n in range(rows)))
     (tmp_path / "test.jsonl").write_text('{"prompt": "t", "label": "1"}\n' * 4)
@@ -388,7 +393,8 @@ def _data(tmp_path, rows: int = 10) -> None:
 
 def test_flags_after_the_separator_may_not_redefine_a_method_the_tool_or_another_methods_run(tmp_path):
     """`copo_selective_rho04 -- --copo.rho 1.5` trained at rho 1.5 and reported rho 0.4. Refused, naming both, in
-    any spelling train_ppo_ray reads (--flag=value, an alias, an abbreviation, several values); the same value the
+    any spelling train_ppo_ray reads (--flag=value, an alias, several values; an abbreviation, which train_ppo_ray
+    refuses, is refused as an unknown flag); the same value the
     method or the tool sets is harmless and kept; a flag of one method reaches the others' runs: refused."""
     _data(tmp_path)
 
@@ -409,9 +415,10 @@ def test_flags_after_the_separator_may_not_redefine_a_method_the_tool_or_another
         ["--algo.advantage.estimator=group_norm would override method grpo, which sets --advantage_estimator copo"]
     assert conflicts(["grpo", "copo"], "--copo.mode", "grpo") == \
         ["--copo.mode grpo is method grpo's flag (--copo.mode grpo): after -- it would reach the copo runs too"]
+    # an abbreviation is no flag of train_ppo_ray's, which takes whole flags only: named, as the run would refuse it
     assert conflicts(["grpo"], "--rollout.n_samples_per", "8") == \
-        ["--rollout.n_samples_per 8 would override the tool's --samples_per_prompt, which sets "
-         "--rollout.n_samples_per_prompt 6"]
+        ["train_ppo_ray does not know --rollout.n_samples_per (misspelt, or abbreviated: it takes whole flags only; "
+         "`python -m openrlhf_copo.cli.train_ppo_ray --help` lists them)"]
     assert conflicts(["grpo"], "--train.seed", "0", seeds=(0, 1)) == \
         ["--train.seed 0 would override the tool's --seeds, which sets --train.seed 1"]
     assert conflicts(["grpo"], "--data.max_samples", "6") == \
@@ -488,7 +495,6 @@ def test_the_t_quantiles_are_exact_for_any_number_of_seeds(dof, quantile):
     """Student's t, two-sided 95% (the 0.975 quantile), against the published tables; the old table stopped at 10 dof
     and used 1.96 beyond (11 dof: 2.201, the interval 11% too narrow). And the 0.8 quantile (power): 0.8791 at 10."""
     assert compare.t_quantile(0.975, dof) == pytest.approx(quantile, abs=1e-4)
-    assert compare.t_cdf(compare.t_quantile(0.975, dof), dof) == pytest.approx(0.975, abs=1e-9)
     assert compare.t_quantile(0.8, 10) == pytest.approx(0.8791, abs=1e-4)
 
 
@@ -541,7 +547,8 @@ def test_a_dry_run_prints_every_command_the_prompts_the_held_out_sources_and_the
     out = tmp_path / "out"
     assert cli.main(["--model", "m", "--train_data", str(tmp_path / "train.jsonl"), "--eval_data",
                      str(tmp_path / "test.jsonl"), "--prompts_per_step", "3", "--steps", "12", "--eval_every", "5",
-                     "--out", str(out), "--dry_run", "--", "--rollout.max_new_tokens", "64"]) == 0
+                     "--out", str(out), "--device", "cpu", "--dry_run", "--", "--rollout.max_new_tokens", "64",
+                     *CPU_FLAGS]) == 0
     text = capsys.readouterr().out
     assert not out.exists()
     assert "36 drawn (steps x prompts per step), 10 distinct of the 10 in the file, 3.60 passes in 1 OpenRLHF " \
@@ -551,7 +558,8 @@ def test_a_dry_run_prints_every_command_the_prompts_the_held_out_sources_and_the
     commands = [shlex.split(line) for line in text.splitlines() if "openrlhf_copo.cli.train_ppo_ray" in line]
     assert len(commands) == 4
     plan = compare.prompt_plan(setting(tmp_path, prompts_per_step=3, steps=12), out)
-    s = setting(tmp_path, prompts_per_step=3, steps=12, eval_every=5, extra=["--rollout.max_new_tokens", "64"])
+    s = setting(tmp_path, prompts_per_step=3, steps=12, eval_every=5, device="cpu",
+                extra=["--rollout.max_new_tokens", "64", *CPU_FLAGS])
     s.model = "m"
     for command, (method, seed, step0) in zip(commands, [("grpo", 0, True), ("copo", 0, False), ("grpo", 1, True),
                                                          ("copo", 1, False)]):
@@ -560,6 +568,7 @@ def test_a_dry_run_prints_every_command_the_prompts_the_held_out_sources_and_the
     assert load_args(commands[0][3:]).rollout.max_new_tokens == 64
     assert "[grpo seed 0] evaluates at steps 0, 5, 10, 12" in text
     assert "[copo seed 0] evaluates at steps 5, 10, 12" in text
+    assert "Every command checked with train_ppo_ray's parser" in text and "would be refused" not in text
 
 
 def test_help_states_every_flags_default():

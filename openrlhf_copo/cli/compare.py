@@ -46,6 +46,17 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 METHODS, SEEDS = ["grpo", "copo"], [0, 1]
 
 
+def _at_least(low: int):
+    """An argparse type: an integer of at least ``low`` (argparse names the flag of a value it refuses)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value}: must be {low} or more")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m openrlhf_copo.cli.compare", formatter_class=_Help,
                                 description="Paired comparison of advantage methods (one train_ppo_ray run per "
@@ -70,17 +81,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", nargs="+", type=int, default=None,
                    help=f"--train.seed of each run (default: {' '.join(map(str, SEEDS))} when running; with "
                         "--report_only, every seed found under --out)")
-    p.add_argument("--samples_per_prompt", type=int, default=None,
+    p.add_argument("--samples_per_prompt", type=_at_least(1), default=None,
                    help=f"G, responses per prompt (default: {d.samples_per_prompt} when running; with --report_only, "
                         "the G the runs recorded)")
-    p.add_argument("--prompts_per_step", type=int, default=d.prompts_per_step, help="prompts per rollout batch, one "
-                                                                                      "optimizer step each")
-    p.add_argument("--steps", type=int, default=d.steps, help="training steps of every run (the prompts: see "
-                                                                "--dry_run)")
+    p.add_argument("--prompts_per_step", type=_at_least(1), default=d.prompts_per_step,
+                   help="prompts per rollout batch, one optimizer step each")
+    p.add_argument("--steps", type=_at_least(1), default=d.steps,
+                   help="training steps of every run (the prompts: see --dry_run)")
     p.add_argument("--lr", type=float, default=d.lr, help="learning rate (--actor.adam.lr), constant")
-    p.add_argument("--eval_every", type=int, default=d.eval_every, help="held-out evaluation every N steps, and "
-                                                                          "after the last")
-    p.add_argument("--save_every", type=int, default=d.save_every,
+    p.add_argument("--eval_every", type=_at_least(1), default=d.eval_every,
+                   help="held-out evaluation every N steps, and after the last")
+    p.add_argument("--save_every", type=_at_least(0), default=d.save_every,
                    help="a checkpoint every this many steps (0: none), the two newest kept until the run finished: a "
                         "rerun of a run that stopped goes on from its newest")
     p.add_argument("--device", default=d.device, choices=["auto", "cuda", "cpu"], help="--copo.device of every run")
@@ -116,13 +127,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser().error(f"{', '.join(missing)} required to run (not with --report_only)")
     setting = compare.Setting(
         model=args.model, start=args.start_checkpoint, train=args.train_data, test=args.eval_data,
-        samples_per_prompt=args.samples_per_prompt or compare.Setting.samples_per_prompt,
+        samples_per_prompt=compare.Setting.samples_per_prompt if args.samples_per_prompt is None
+        else args.samples_per_prompt,
         prompts_per_step=args.prompts_per_step, steps=args.steps, lr=args.lr, eval_every=args.eval_every,
         reward=args.reward, input_key=args.input_key, label_key=args.label_key, device=args.device, extra=extra,
         save_every=args.save_every)
     if args.dry_run:
-        print(compare.plan_text(compare.plan(setting, methods, seeds, args.out)))
-        return 0
+        plan = compare.plan(setting, methods, seeds, args.out)
+        print(compare.plan_text(plan))
+        return 1 if any(r["refused"] for r in plan["runs"]) else 0
     infos = compare.run_all(setting, methods, seeds, args.out)
     if infos:
         write_report(args.out, infos, setting.samples_per_prompt, args.target_difference)

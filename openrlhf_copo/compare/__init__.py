@@ -12,7 +12,7 @@ run makes it, and the others share it.
 
 A method's difference from the baseline (GRPO) is, per seed, the mean of the per-prompt differences of the final
 greedy verdicts; over seeds, their mean with a 95% t-interval over seeds (training randomness included; Student's t,
-`t_quantile`), beside what those seeds could detect and the seeds a given difference would need (`detectable`); with
+scipy's), beside what those seeds could detect and the seeds a given difference would need (`detectable`); with
 one seed, the interval is over its prompts, and says so. It is given pooled over every held-out prompt and per
 held-out source (OpenRLHF evaluates each ``datasource`` apart). What each run saw at its first step (the share of
 zero-variance groups, of all-incorrect ones, of responses with a gradient) is reported beside it: the regime the
@@ -61,8 +61,7 @@ from openrlhf_copo.compare.runner import (FAILED, STARTED, RunFailed, check_step
                                           run_one)
 from openrlhf_copo.compare.setting import (FLAGS, STEP0_FLAG, Setting, due_evaluations, evaluations, run_dir,
                                            settings_differ, settings_of, sweep)
-from openrlhf_copo.compare.stats import (POWER, TARGET_DIFFERENCES, detectable, mean_se, paired_over_seeds, t_cdf,
-                                         t_quantile)
+from openrlhf_copo.compare.stats import POWER, TARGET_DIFFERENCES, detectable, mean_se, paired_over_seeds, t_quantile
 
 __all__ = ["BASELINE", "FAILED", "FIRST_STEP_KEYS", "FLAGS", "METHODS", "PACKAGES", "PAIRED", "POWER", "RECIPE_STEP",
            "SAMPLE_FACTOR", "STARTED", "STEP0_FLAG", "TARGET_DIFFERENCES", "TOOL_FLAGS", "RunFailed", "Setting",
@@ -74,4 +73,4 @@ __all__ = ["BASELINE", "FAILED", "FIRST_STEP_KEYS", "FLAGS", "METHODS", "PACKAGE
            "paired_over_seeds", "plan", "plan_text", "prepare_run_folder", "prompt_plan", "read_run", "record_failure",
            "report", "resume_step", "rho_keeping_every_split", "run_all", "run_argv", "run_dir", "run_one",
            "samples_per_prompt", "samples_per_prompt_of", "sampling_budget", "settings_differ", "settings_of",
-           "start_fingerprint", "sweep", "t_cdf", "t_quantile", "train_file", "whole_passes"]
+           "start_fingerprint", "sweep", "t_quantile", "train_file", "whole_passes"]

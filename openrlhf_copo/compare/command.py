@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Sequence
 
 from openrlhf_copo.compare.methods import METHODS, PAIRED, SAMPLE_FACTOR, samples_per_prompt
 from openrlhf_copo.compare.prompts import prompt_plan
 from openrlhf_copo.compare.setting import STEP0_FLAG, Setting, run_dir
+from openrlhf_copo.compare.train_flags import FlagError, dest_of, given, unknown_flags_line
 
 
 def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: Path, step0: bool,
@@ -39,7 +39,6 @@ def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: P
     return METHODS[method] + PAIRED + base + extra + ["--train.seed", str(seed)] + ([STEP0_FLAG] if step0 else [])
 
 
-
 #: The train_ppo_ray flags that the tool sets from its own flags (`run_argv`), with the tool's flag that sets each:
 #: given after --, one would override what the report records. (The tool's other settings, such as no KL or one
 #: optimizer step per rollout batch, are defaults that the flags after -- may change.)
@@ -54,7 +53,6 @@ TOOL_FLAGS = {"--actor.model_name_or_path": "--model/--start_checkpoint", "--rew
               "--ckpt.output_dir": "--out (each run's scratch/model)"}
 
 
-
 def checkpoint_flags(save_every: int) -> List[str]:
     """OpenRLHF's checkpoint flags of a run: a checkpoint every ``save_every`` steps (none at 0), the two newest kept
     (a run killed while writing one still has the one before), no best-metric checkpoints (a comparison keeps no
@@ -64,86 +62,51 @@ def checkpoint_flags(save_every: int) -> List[str]:
     return every + ["--ckpt.best_metric_key", "none", "--ckpt.load_enable"]
 
 
-
-@functools.lru_cache(maxsize=1)
-def _openrlhf_parser():
-    """train_ppo_ray's parser with COPO's flags (`driver.openrlhf_parser_namespace`, as `driver.openrlhf_args` builds
-    it), to read a command line as train_ppo_ray will: aliases (--advantage_estimator), --flag=value; abbreviations
-    too (argparse's default, which train_ppo_ray turns off), so that an abbreviated flag that would redefine a
-    method is named before any run rather than refused by the run."""
-    from openrlhf_copo.openrlhf_ext import driver
-
-    _, namespace, _ = driver.openrlhf_parser_namespace()
-    return namespace["parser"]
-
-
-
-def _flags(argv: Sequence[str]) -> Dict[str, Tuple[str, list]]:
-    """{dest: (the flag and its values as written, the values as train_ppo_ray types them)} of a train_ppo_ray command
-    line, the last occurrence winning as in argparse: `--flag=value` and `--flag v1 v2` alike, an alias or an
-    unambiguous abbreviation under its dest. A flag train_ppo_ray does not know is left out (train_ppo_ray refuses
-    it)."""
-    parser = _openrlhf_parser()
-    known = parser._option_string_actions
-    found: Dict[str, Tuple[str, list]] = {}
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        i += 1
-        if not token.startswith("--") or token == "--":
-            continue
-        name, eq, value = token.partition("=")
-        values = [value] if eq else []
-        while not eq and i < len(argv) and not argv[i].startswith("--"):
-            values.append(argv[i])
-            i += 1
-        prefixed = {id(a): a for s, a in known.items() if s.startswith(name)} if parser.allow_abbrev else {}
-        action = known.get(name) or (next(iter(prefixed.values())) if len(prefixed) == 1 else None)
-        if action is not None:
-            found[action.dest] = (token if eq else " ".join([name, *values]),
-                                  [action.type(v) if callable(action.type) else v for v in values])
-    return found
-
-
-
 def extra_conflicts(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path) -> List[str]:
     """The flags after -- (``setting.extra``) that would change what a method, the paired flags (`PAIRED`) or the
     tool's own flags (`TOOL_FLAGS`) set in some run, one line each naming both: `copo_selective_rho04 ... --
     --copo.rho 1.5` would train at rho 1.5 and be reported as rho 0.4. A flag that one of the methods sets is refused
     when it would change any method's run (given after --, it reaches them all); one that the tool sets is kept when
-    it has the very value the tool gives it (the CPU presets repeat --train.num_episodes 1)."""
+    it has the very value the tool gives it (the CPU presets repeat --train.num_episodes 1). Read by train_ppo_ray's
+    own parser (`train_flags.given`): a flag it does not know (misspelt, or abbreviated: it takes whole flags only)
+    is refused, named."""
     if not setting.extra:
         return []
-    extra = _flags(setting.extra)
+    try:
+        extra, unknown = given(setting.extra)
+    except FlagError as e:
+        return [f"train_ppo_ray's parser: {e}"]
+    if unknown:
+        return [unknown_flags_line(unknown)]
     plan = prompt_plan(setting, out)
     plain = replace(setting, extra=[])
-    by_method = {m: _flags(METHODS[m]) for m in methods}
-    paired, tool = _flags(PAIRED), _flags(list(TOOL_FLAGS))
+    by_method = {m: given(METHODS[m])[0] for m in methods}
+    paired = given(PAIRED)[0]
+    tool = {dest_of(flag): flag for flag in TOOL_FLAGS}
     found = []
     for method in methods:
         for seed in seeds:
-            own = _flags(run_argv(plain, method, seed, run_dir(out, method, seed), Path(plan["file"]), False,
-                                  plan["episodes"]))
+            own, _ = given(run_argv(plain, method, seed, run_dir(out, method, seed), Path(plan["file"]), False,
+                                    plan["episodes"]))
             for dest, flag in extra.items():
-                if dest in own and own[dest][1] == flag[1]:
+                if dest in own and own[dest].value == flag.value:
                     continue  # the value this run has anyway
                 owner = method if dest in by_method[method] else next((m for m in methods if dest in by_method[m]),
                                                                      None)
                 if owner and owner != method:
-                    found.append(f"{flag[0]} is method {owner}'s flag ({by_method[owner][dest][0]}): "
+                    found.append(f"{flag.written} is method {owner}'s flag ({by_method[owner][dest].written}): "
                                  f"after -- it would reach the {method} runs too")
                 elif owner or dest in paired:
-                    found.append(f"{flag[0]} would override {'method ' + owner if owner else 'the paired flags'}"
-                                 f", which set{'s' if owner else ''} {own[dest][0]}")
+                    found.append(f"{flag.written} would override {'method ' + owner if owner else 'the paired flags'}"
+                                 f", which set{'s' if owner else ''} {own[dest].written}")
                 elif dest in tool:
-                    found.append(f"{flag[0]} would override the tool's {TOOL_FLAGS[tool[dest][0]]}"
-                                 + (f", which sets {own[dest][0]}" if dest in own else ""))
+                    found.append(f"{flag.written} would override the tool's {TOOL_FLAGS[tool[dest]]}"
+                                 + (f", which sets {own[dest].written}" if dest in own else ""))
                 elif dest == "train.batch_size" and method in SAMPLE_FACTOR:
-                    found.append(f"{flag[0]} would change method {method}'s optimizer steps per rollout batch: it "
-                                 f"trains on {SAMPLE_FACTOR[method]} x G responses per prompt in one step "
-                                 f"({own[dest][0]})")
+                    found.append(f"{flag.written} would change method {method}'s optimizer steps per rollout batch: "
+                                 f"it trains on {SAMPLE_FACTOR[method]} x G responses per prompt in one step "
+                                 f"({own[dest].written})")
     return list(dict.fromkeys(found))
-
 
 
 def check_extra(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path) -> None:

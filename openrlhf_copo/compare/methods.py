@@ -102,17 +102,14 @@ def method_record(method: str) -> dict:
 
 def sampling_budget(method: str, extra: Sequence[str]) -> Optional[int]:
     """The responses a run of ``method`` may draw per prompt and step when its mode samples adaptively (Reinforce-Ada:
-    G first, then rounds up to ``--copo.ada_budget``, from the method's flags or those after --); None when it draws G.
-    Read from the registry's facts (`core.Mode.adaptive_sampling`), not from the method's name."""
+    G first, then rounds up to ``--copo.ada_budget``, from the method's flags or those after --, read by train_ppo_ray's
+    parser: ``--copo.ada_budget=64`` too); None when it draws G. Read from the registry's facts
+    (`core.Mode.adaptive_sampling`), not from the method's name."""
+    from openrlhf_copo.compare.train_flags import given
     from openrlhf_copo.core import DEFAULTS, mode_info, modes
 
-    argv = list(METHODS[method]) + list(extra)
-
-    def last(*flags):
-        values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in flags]
-        return values[-1] if values else None
-
-    mode = last("--copo.mode") or last("--advantage_estimator", "--algo.advantage.estimator")
+    flags, _ = given(list(METHODS[method]) + list(extra))
+    mode = (flags.get("copo.mode") or flags["algo.advantage.estimator"]).value
     if mode not in modes() or not mode_info(mode).adaptive_sampling:
         return None
-    return int(last("--copo.ada_budget") or DEFAULTS.ada_budget)
+    return flags["copo.ada_budget"].value if "copo.ada_budget" in flags else DEFAULTS.ada_budget

@@ -12,6 +12,8 @@ from openrlhf_copo.compare.methods import METHODS, SAMPLE_FACTOR, samples_per_pr
 from openrlhf_copo.compare.prompts import held_out_sources, prompt_plan
 from openrlhf_copo.compare.provenance import is_finished
 from openrlhf_copo.compare.setting import Setting, evaluations, run_dir, sweep
+from openrlhf_copo.compare.stats import t_quantile
+from openrlhf_copo.compare.train_flags import refusals
 
 
 #: docs/gpu-recipe.md's cost of one step for Qwen2.5-3B (an estimate, not measured): about 0.2 GPU-hours for 512
@@ -20,23 +22,37 @@ from openrlhf_copo.compare.setting import Setting, evaluations, run_dir, sweep
 RECIPE_STEP = {"gpu_hours": 0.2, "responses": 512 * 6, "model": "Qwen2.5-3B", "response_tokens": 800}
 
 
+def device_for(setting: Setting):
+    """The device the runs will take on this machine (`device.decide` on --device, asking the Ray cluster a run would
+    join, as the run's driver does), or the reason it cannot be decided (a str)."""
+    from openrlhf_copo.openrlhf_ext import device
 
-def plan(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path) -> dict:
+    try:
+        return device.decide(setting.device, address=device.cluster_address())
+    except device.DeviceError as e:
+        return str(e)
+
+
+def plan(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path, decision=None) -> dict:
     """What `run_all` would do, reading the data files and writing nothing: every run's full train_ppo_ray command
-    (and whether a finished run under ``out`` would be kept), the prompts each run draws (`prompt_plan`), the
-    held-out sources and their sizes, the evaluations, and the cost at docs/gpu-recipe.md's rate (`RECIPE_STEP`).
-    Refuses what `run_all` refuses (unknown methods, flags after -- that redefine one: `check_extra`)."""
+    (and whether a finished run under ``out`` would be kept) with what would refuse it (`train_flags.refusals`: the
+    parser, OpenRLHF's asserts, COPO's refusals and those of the device the runs take here, ``decision`` or
+    `device_for`'s), the prompts each run draws (`prompt_plan`), the held-out sources and their sizes, the
+    evaluations, and the cost at docs/gpu-recipe.md's rate (`RECIPE_STEP`). Refuses what `run_all` refuses (unknown
+    methods, flags after -- that train_ppo_ray does not know or that redefine a method: `check_extra`)."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise SystemExit(f"unknown method(s) {unknown}: choose from {', '.join(METHODS)}")
     check_extra(setting, methods, seeds, out)
+    decision = device_for(setting) if decision is None else decision
     prompts = prompt_plan(setting, out)
     runs = []
     for method, seed, step0 in sweep(methods, seeds):
         directory = run_dir(out, method, seed)
         argv = run_argv(setting, method, seed, directory, Path(prompts["file"]), step0, prompts["episodes"])
+        refused = [decision] if isinstance(decision, str) else refusals(argv, decision)
         runs.append({"method": method, "seed": seed, "step0": step0, "kept": is_finished(directory),
-                     "evaluations": evaluations(setting, step0),
+                     "evaluations": evaluations(setting, step0), "refused": refused,
                      "argv": [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv]})
     prompts_drawn = setting.steps * setting.prompts_per_step
     # a method that samples adaptively is counted at its budget per prompt: an upper bound
@@ -47,9 +63,10 @@ def plan(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Pa
     cost = {"responses_per_run": prompts_drawn * setting.samples_per_prompt, "runs_to_make": new,
             "adaptive_budgets": budgets, "sample_factors": {m: SAMPLE_FACTOR[m] for m in methods if m in SAMPLE_FACTOR},
             "gpu_hours": sum(drawn) * RECIPE_STEP["gpu_hours"] / RECIPE_STEP["responses"], "rate": RECIPE_STEP}
+    where = decision if isinstance(decision, str) else \
+        f"the actors run on {'the CPU path' if decision.cpu_path else 'CUDA'} here: {decision.reason}"
     return {"out": str(out), "prompts": prompts, "held_out": held_out_sources(setting.test), "runs": runs,
-            "cost": cost}
-
+            "cost": cost, "seeds": list(seeds), "device": where}
 
 
 def plan_text(p: dict) -> str:
@@ -74,10 +91,33 @@ def plan_text(p: dict) -> str:
              + "".join(f" {m} draws G, then more for the prompts it has not resolved, up to {b} per prompt: counted "
                        f"at {b} (an upper bound)." for m, b in cost.get("adaptive_budgets", {}).items())
              + "".join(f" {m} draws {k} x G responses per prompt and trains on all of them: counted at {k} x G."
-                       for m, k in cost.get("sample_factors", {}).items()), ""]
+                       for m, k in cost.get("sample_factors", {}).items()),
+             seeds_line(p["seeds"]), checked_line(p), ""]
     for r in p["runs"]:
         what = "kept: finished before" if r["kept"] else (
             "evaluates at steps " + ", ".join(map(str, r["evaluations"]))
             + (" (0: the seed's step-0 evaluation, shared by its methods)" if r["step0"] else ""))
         lines += [f"[{r['method']} seed {r['seed']}] {what}", "  " + shlex.join(r["argv"])]
+        lines += [f"  would be refused: {why}" for why in r.get("refused", [])]
     return "\n".join(lines)
+
+
+def seeds_line(seeds: Sequence[int]) -> str:
+    """What the seeds can give: the 95% interval over n seeds is the mean +- t(n-1) standard errors (12.7 at two)."""
+    if len(seeds) < 2:
+        return (f"Seeds: {', '.join(map(str, seeds))}. One seed: each interval is over that seed's held-out prompts, "
+                "blind to the spread between training runs.")
+    t = t_quantile(0.975, len(seeds) - 1)
+    return (f"Seeds: {', '.join(map(str, seeds))} ({len(seeds)}): the 95% interval over seeds is the mean +- {t:.1f} "
+            f"standard errors (Student's t at {len(seeds) - 1} degree{'s' if len(seeds) > 2 else ''} of freedom)"
+            + (", so it says little; the report states how many seeds a difference would need." if t > 4 else "."))
+
+
+def checked_line(p: dict) -> str:
+    """Whether every command passed train_ppo_ray's parser and the checks of the device the runs take here."""
+    refused = [r for r in p["runs"] if r.get("refused")]
+    if not refused:
+        return (f"Every command checked with train_ppo_ray's parser, OpenRLHF's and COPO's refusals and the device's "
+                f"({p['device']}): none refused (the model and data files are read by each run's preflight).")
+    return (f"{len(refused)} of {len(p['runs'])} commands would be refused ({p['device']}): the reasons follow each "
+            "command below.")
