@@ -310,7 +310,7 @@ def test_a_report_refuses_to_pair_runs_made_with_different_settings_and_records_
     settings; --report_only needs neither --model nor the data files."""
     from openrlhf_copo.cli import compare as cli
 
-    base = {"--model": "Qwen/Qwen2.5-3B-Instruct", "--lr": 1e-06, "--steps": 60, "the flags after --": []}
+    base = {"--model": "Qwen/Qwen2.5-3B-Instruct", "--lr": 1e-06, "--steps": 1, "the flags after --": []}
     write_sources_run(tmp_path / "mixed", "grpo", 0, {"math500": "0101"}, base)
     write_sources_run(tmp_path / "mixed", "copo", 0, {"math500": "1101"}, {**base, "--lr": 2e-06})
     with pytest.raises(SystemExit, match=r"copo-seed0 was made with --lr 2e-06, grpo-seed0 with 1e-06"):
@@ -470,7 +470,7 @@ def test_report_only_reports_every_run_there_at_its_recorded_g_and_names_what_a_
     --methods / --seeds filter and the report names the runs they left out."""
     from openrlhf_copo.cli import compare as cli
 
-    settings = {"--samples_per_prompt": 16, "--steps": 60, "the flags after --": []}
+    settings = {"--samples_per_prompt": 16, "--steps": 1, "the flags after --": []}
     for seed in range(3):
         write_recorded(tmp_path, "grpo", seed, "1000", {"copo_zero_std": 0.5}, settings)
         write_recorded(tmp_path, "copo", seed, "1100", {"copo_zero_std": 0.5}, settings)

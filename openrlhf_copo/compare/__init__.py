@@ -47,30 +47,32 @@ run on the CPU only (the tiny model in tests/test_compare.py, SmolLM2 in the ben
 
 from openrlhf_copo.compare.command import TOOL_FLAGS, check_extra, checkpoint_flags, extra_conflicts, run_argv
 from openrlhf_copo.compare.methods import (BASELINE, METHODS, PAIRED, SAMPLE_FACTOR, method_record,
-                                           rho_keeping_every_split, samples_per_prompt, sampling_budget)
+                                           rho_keeping_every_split, samples_per_prompt, sampling_budget, stops_early)
 from openrlhf_copo.compare.plan import RECIPE_STEP, plan, plan_text
 from openrlhf_copo.compare.prompts import held_out_sources, prompt_plan, train_file, whole_passes
-from openrlhf_copo.compare.provenance import (PACKAGES, check_finished_run, check_same_environment,
+from openrlhf_copo.compare.provenance import (FILE_FLAGS, PACKAGES, SCHEMA, check_finished_run, check_same_environment,
                                               check_same_method_flags, check_same_settings, check_same_start,
-                                              environment, environment_differs, file_sha256, finished_runs,
-                                              is_finished, method_flags_differ, start_fingerprint)
+                                              content_of, environment, environment_differs, file_sha256, finished_runs,
+                                              is_finished, method_flags_differ, model_fingerprint, read_marker,
+                                              read_record, records_differ, start_fingerprint)
 from openrlhf_copo.compare.report import (FIRST_STEP_KEYS, final_point, first_step_regime, markdown, read_run, report,
                                           samples_per_prompt_of)
 from openrlhf_copo.compare.runner import (FAILED, STARTED, RunFailed, check_steps, checkpoint_tags, failed_runs,
                                           has_every_row, prepare_run_folder, record_failure, resume_step, run_all,
                                           run_one)
 from openrlhf_copo.compare.setting import (FLAGS, STEP0_FLAG, Setting, due_evaluations, evaluations, run_dir,
-                                           settings_differ, settings_of, sweep)
+                                           settings_of, sweep)
 from openrlhf_copo.compare.stats import POWER, TARGET_DIFFERENCES, detectable, mean_se, paired_over_seeds, t_quantile
 
-__all__ = ["BASELINE", "FAILED", "FIRST_STEP_KEYS", "FLAGS", "METHODS", "PACKAGES", "PAIRED", "POWER", "RECIPE_STEP",
-           "SAMPLE_FACTOR", "STARTED", "STEP0_FLAG", "TARGET_DIFFERENCES", "TOOL_FLAGS", "RunFailed", "Setting",
+__all__ = ["BASELINE", "FAILED", "FILE_FLAGS", "FIRST_STEP_KEYS", "FLAGS", "METHODS", "PACKAGES", "PAIRED", "POWER",
+           "RECIPE_STEP", "SAMPLE_FACTOR", "SCHEMA", "STARTED", "STEP0_FLAG", "TARGET_DIFFERENCES", "TOOL_FLAGS", "RunFailed", "Setting",
            "check_extra", "check_finished_run", "check_same_environment", "check_same_method_flags",
-           "check_same_settings", "check_same_start", "check_steps", "checkpoint_flags", "checkpoint_tags",
+           "check_same_settings", "check_same_start", "check_steps", "checkpoint_flags", "checkpoint_tags", "content_of",
            "detectable", "due_evaluations", "environment", "environment_differs", "evaluations", "extra_conflicts",
            "failed_runs", "file_sha256", "final_point", "finished_runs", "first_step_regime", "has_every_row",
            "held_out_sources", "is_finished", "markdown", "mean_se", "method_flags_differ", "method_record",
+           "model_fingerprint", "read_marker", "read_record", "records_differ", "stops_early",
            "paired_over_seeds", "plan", "plan_text", "prepare_run_folder", "prompt_plan", "read_run", "record_failure",
            "report", "resume_step", "rho_keeping_every_split", "run_all", "run_argv", "run_dir", "run_one",
-           "samples_per_prompt", "samples_per_prompt_of", "sampling_budget", "settings_differ", "settings_of",
+           "samples_per_prompt", "samples_per_prompt_of", "sampling_budget", "settings_of",
            "start_fingerprint", "sweep", "t_quantile", "train_file", "whole_passes"]

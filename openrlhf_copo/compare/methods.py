@@ -6,6 +6,7 @@
     BASELINE         what every method is compared with
     method_record    what a run records of its method (done.json), and a rerun or a report compares
     sampling_budget  the responses per prompt a method that samples adaptively may draw (the plan's cost)
+    stops_early      whether a method may end a run before --steps by design (DAPO's dynamic filtering)
 """
 
 from __future__ import annotations
@@ -113,3 +114,13 @@ def sampling_budget(method: str, extra: Sequence[str]) -> Optional[int]:
     if mode not in modes() or not mode_info(mode).adaptive_sampling:
         return None
     return flags["copo.ada_budget"].value if "copo.ada_budget" in flags else DEFAULTS.ada_budget
+
+
+def stops_early(method_flags: Sequence[str]) -> bool:
+    """Whether a method with these flags may end a run before --steps by design: DAPO's dynamic filtering
+    (`--algo.dynamic_filtering_enable`) drops all-equal groups and refills the batch from later prompts, so it draws
+    more prompts a step and the run ends when the prompts run out (OpenRLHF has no flag that draws more)."""
+    from openrlhf_copo.compare.train_flags import given
+
+    flags, _ = given(list(method_flags))
+    return bool(flags.get("algo.dynamic_filtering_enable") and flags["algo.dynamic_filtering_enable"].value)

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from openrlhf_copo.compare.command import check_extra, run_argv
-from openrlhf_copo.compare.methods import METHODS, method_record
+from openrlhf_copo.compare.methods import METHODS, method_record, stops_early
 from openrlhf_copo.compare.prompts import prompt_plan, train_file
-from openrlhf_copo.compare.provenance import check_finished_run, environment, is_finished, start_fingerprint
+from openrlhf_copo.compare.provenance import SCHEMA, check_finished_run, content_of, environment, is_finished
 from openrlhf_copo.compare.setting import Setting, due_evaluations, run_dir, settings_of, sweep
 from openrlhf_copo.files import atomic_path, write_atomic
 
@@ -84,18 +84,25 @@ def resume_step(directory: Path, actor_dir: Path, due_evaluations) -> Optional[i
     return None
 
 
-def check_steps(metrics: Path) -> Optional[str]:
-    """None when a finished run's metrics file holds steps 1..N once each and at most one evaluation per step; else
-    what is wrong, in a few words."""
+def check_steps(metrics: Path, steps: Optional[int] = None, stops_early: bool = False) -> Optional[str]:
+    """None when a finished run's metrics file holds steps 1..N once each, at most one evaluation per step, and an
+    evaluation after its last step, N being ``steps`` (--steps) where given, or at most that for a method that stops
+    early by design (``stops_early``: DAPO's dynamic filtering draws more prompts a step and ends when they run out);
+    else what is wrong, in a few words."""
     from openrlhf_copo.evaluation.metrics_file import eval_rows, read_metrics, train_rows
 
     rows = read_metrics(metrics)
-    steps = [r["step"] for r in train_rows(rows)]
-    if steps != list(range(1, len(steps) + 1)):
-        return f"its training steps are {steps[:20]}{'...' if len(steps) > 20 else ''}, not 1..{len(steps)} once each"
+    trained = [r["step"] for r in train_rows(rows)]
+    if trained != list(range(1, len(trained) + 1)):
+        return (f"its training steps are {trained[:20]}{'...' if len(trained) > 20 else ''}, not 1..{len(trained)} "
+                "once each")
     evals = [r["step"] for r in eval_rows(rows)]
     if len(evals) != len(set(evals)):
         return f"it evaluated a step twice ({sorted(evals)})"
+    if steps is not None and (len(trained) > steps or (len(trained) < steps and not stops_early)):
+        return f"it made {len(trained)} training steps, not --steps {steps}"
+    if trained and trained[-1] not in evals:
+        return f"it made no evaluation after its last step ({trained[-1]}; evaluations at {sorted(evals)})"
     return None
 
 
@@ -104,10 +111,8 @@ def check_steps(metrics: Path) -> Optional[str]:
 STARTED = "started.json"
 
 
-
 #: What a run that failed records: its exit code and log (removed when a rerun finishes it).
 FAILED = "failed.json"
-
 
 
 def prepare_run_folder(directory: Path, setting: Setting, record: dict, step0: bool) -> Optional[int]:
@@ -129,25 +134,25 @@ def prepare_run_folder(directory: Path, setting: Setting, record: dict, step0: b
     return step
 
 
-
 def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) -> dict:
     """One run, unless it finished before (its `done.json`): a rerun resumes the comparison where it stopped, and a
     run that stopped goes on from its own newest checkpoint (`Setting.save_every`). A finished run made with other
-    settings (done.json's ``settings``) or other method flags is refused, naming them; one finished before settings
-    were recorded is kept with a warning. A folder whose training child is still running is not touched
-    (`compare_runs.RunLock`). A run that fails raises `RunFailed`, its checkpoints kept."""
+    settings (done.json's ``settings``; its files by content) or other method flags is refused, naming them; one that
+    recorded no settings is kept with a warning. A folder whose training child is still running is not touched
+    (`compare_runs.RunLock`). A run that fails, or stops short of --steps (but a method that stops early by design:
+    `methods.stops_early`), raises `RunFailed`, its checkpoints kept. Returns the run's marker as it was written."""
     from openrlhf_copo.compare_runs import RunLock, run_child
 
     directory = run_dir(out, method, seed)
     marker = directory / "done.json"
-    settings = settings_of(setting)
+    wanted = {"settings": settings_of(setting), "content": content_of(setting)}
     if is_finished(directory):
         info = json.loads(marker.read_text())
-        check_finished_run(directory, info, method, settings)
+        check_finished_run(directory, info, method, wanted)
         return info
     lock = RunLock(directory)
     lock.refuse_if_running()
-    resumed = prepare_run_folder(directory, setting, {"settings": settings, **method_record(method)}, step0)
+    resumed = prepare_run_folder(directory, setting, {**wanted, **method_record(method)}, step0)
     train, episodes = train_file(setting, out)
     argv = run_argv(setting, method, seed, directory, train, step0, episodes)
     log = directory / "train.log"
@@ -158,16 +163,16 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
     rc = run_child([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], log, lock,
                    env={**os.environ, "PYTHONUNBUFFERED": "1"}, append=bool(resumed))
     wall = time.time() - t0
-    wrong = check_steps(directory / "metrics.jsonl") if rc == 0 else None
+    wrong = check_steps(directory / "metrics.jsonl", setting.steps, stops_early(METHODS[method])) if rc == 0 else None
     if rc != 0 or wrong:
         raise RunFailed(f"[{method} seed {seed}] failed ({f'exit {rc}' if rc else wrong}); log: {log}", rc or 1, log)
-    info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1), "settings": settings,
+    info = {"schema": SCHEMA, "method": method, "seed": seed, "wall_seconds": round(wall, 1), **wanted,
             **method_record(method), "episodes": episodes, "prompts": prompt_plan(setting, out),
             "environment": environment()}
     if resumed:
         info["resumed_from_step"] = resumed
     if setting.start:
-        info["start_sha256"] = start_fingerprint(setting.start)
+        info["start_sha256"] = wanted["content"]["--start_checkpoint"]
     with atomic_path(marker) as tmp:
         tmp.write_text(json.dumps(info))
     shutil.rmtree(directory / "scratch", ignore_errors=True)  # only now: a failed run keeps its checkpoints
@@ -175,13 +180,11 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
     return info
 
 
-
 def record_failure(directory: Path, failure) -> None:
     """`FAILED` in the run folder: the exit code, the log and when."""
     with atomic_path(directory / FAILED) as tmp:
         tmp.write_text(json.dumps({"returncode": failure.returncode, "log": str(failure.log), "message": str(failure),
                                    "time": time.strftime("%Y-%m-%d %H:%M:%S")}))
-
 
 
 def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Path) -> List[dict]:
@@ -210,7 +213,6 @@ def run_all(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out:
         tqdm.write(f"[{method} seed {seed}] " + (f"kept: finished before ({minutes:.1f} min then)" if kept
                                                  else f"done in {minutes:.1f} min"))
     return infos
-
 
 
 def failed_runs(out: Path, methods: Sequence[str], seeds: Sequence[int]) -> List[dict]:

@@ -3,7 +3,7 @@
     Setting          the model and data, the sizes, and the OpenRLHF flags every run shares
     run_dir          the folder of one (method, seed)
     FLAGS            each field of a Setting and the compare flag that sets it: what a run records and a rerun or a
-                     report compares (`settings_of`, `settings_differ`)
+                     report compares (`settings_of`; files by content: `provenance.records_differ`)
     sweep            every run of a comparison, seed by seed, and which one makes the seed's step-0 evaluation
     due_evaluations  the steps a run evaluates at
 """
@@ -40,10 +40,8 @@ class Setting:
     save_every: int = 10
 
 
-
 def run_dir(out: Path, method: str, seed: int) -> Path:
     return out / f"{method}-seed{seed}"
-
 
 
 #: Each field of a `Setting` and the flag of `python -m openrlhf_copo.cli.compare` that sets it: what a run records of
@@ -54,11 +52,9 @@ FLAGS = {"model": "--model", "start": "--start_checkpoint", "train": "--train_da
          "label_key": "--label_key", "device": "--device", "extra": "the flags after --"}
 
 
-
 def _local(value) -> str:
     """A path (or comma-separated paths) made absolute where it exists here; a hub name as it is."""
     return ",".join(str(Path(v).resolve()) if Path(v).exists() else v for v in str(value).split(","))
-
 
 
 def settings_of(setting: Setting) -> Dict[str, object]:
@@ -72,17 +68,8 @@ def settings_of(setting: Setting) -> Dict[str, object]:
     return out
 
 
-
-def settings_differ(recorded: dict, wanted: dict) -> Optional[tuple]:
-    """The first flag whose value differs, with its two values: (flag, recorded, wanted); None when they agree."""
-    return next(((flag, recorded.get(flag), value) for flag, value in wanted.items() if recorded.get(flag) != value),
-                None)
-
-
-
 #: The flag of the step-0 evaluation: a run gets it when ``step0`` says it makes its seed's (`sweep`), and only then.
 STEP0_FLAG = "--copo.eval_before_train"
-
 
 
 def sweep(methods: Sequence[str], seeds: Sequence[int]) -> List[Tuple[str, int, bool]]:
@@ -93,7 +80,6 @@ def sweep(methods: Sequence[str], seeds: Sequence[int]) -> List[Tuple[str, int, 
     return [(method, seed, i == 0) for seed in seeds for i, method in enumerate(methods)]
 
 
-
 def due_evaluations(setting: Setting, step0: bool):
     """The steps up to a given step whose evaluation a run makes: 0 when it makes its seed's step-0 evaluation
     (`sweep`), every --eval_every steps (OpenRLHF's global_step % eval.steps), and the last step
@@ -102,7 +88,6 @@ def due_evaluations(setting: Setting, step0: bool):
         every = [s for s in range(1, step + 1) if s % setting.eval_every == 0]
         return ([0] if step0 else []) + every + ([step] if step >= setting.steps and step not in every else [])
     return due
-
 
 
 def evaluations(setting: Setting, step0: bool) -> List[int]:
