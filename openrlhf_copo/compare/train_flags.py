@@ -99,7 +99,8 @@ def refusals(argv: Sequence[str], device_decision=None) -> List[str]:
     """Why the run of this command line would not start, each in one line, all of them (empty: it would start, as
     far as the arguments tell): the flags train_ppo_ray does not know and bad values (its parser), OpenRLHF's own
     asserts on the arguments, COPO's refusals (`config.copo_problems`), and, given the device the run takes
-    (``device_decision``, a `device.DeviceDecision`), that device's refusals (`cpu.cpu_problems` on the CPU path,
+    (``device_decision``, a `device.DeviceDecision`; each line names it, its reason is the caller's to say), that
+    device's refusals (`cpu.cpu_problems` on the CPU path,
     `cpu.gpu_problems` on CUDA). The model and data files are not read (the run's preflight reads them)."""
     from openrlhf_copo.openrlhf_ext import cpu, driver
     from openrlhf_copo.openrlhf_ext.config import copo_problems
@@ -111,7 +112,8 @@ def refusals(argv: Sequence[str], device_decision=None) -> List[str]:
     if unknown:
         return [unknown_flags_line(unknown)]
     try:
-        with contextlib.redirect_stderr(io.StringIO()) as err:
+        # OpenRLHF's main block prints its advice (e.g. on the KL estimator) as it parses: not the plan's to print
+        with contextlib.redirect_stderr(io.StringIO()) as err, contextlib.redirect_stdout(io.StringIO()):
             args = driver.openrlhf_args(list(argv), PROG)
     except driver.DriverError as e:
         return [str(e)]
@@ -121,7 +123,7 @@ def refusals(argv: Sequence[str], device_decision=None) -> List[str]:
     if device_decision is not None:
         on_device = cpu.cpu_problems(args) if device_decision.cpu_path else cpu.gpu_problems(args)
         where = "the CPU path" if device_decision.cpu_path else "CUDA"
-        found += [f"on {where} ({device_decision.reason}): {p}" for p in on_device]
+        found += [f"on {where}: {p}" for p in on_device]
     return found
 
 

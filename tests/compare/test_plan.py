@@ -49,8 +49,8 @@ def test_the_dry_run_names_what_the_cpu_path_would_refuse(tmp_path, capsys):
     assert "2 of 2 commands would be refused (the actors run on the CPU path here: --copo.device cpu)" in text
     refused = [line for line in text.splitlines() if line.startswith("  would be refused: ")]
     assert len(refused) == 4  # two refusals under each of the two commands
-    assert "  would be refused: on the CPU path (--copo.device cpu): --vllm.sync_backend nccl: NCCL needs CUDA; add " \
-           "--vllm.sync_backend gloo" in refused
+    assert "  would be refused: on the CPU path: --vllm.sync_backend nccl: NCCL needs CUDA; add --vllm.sync_backend " \
+           "gloo" in refused
     assert any("--ds.attn_implementation flash_attention_2 needs flash-attention" in line for line in refused)
     assert _dry_run(tmp_path, *CPU_FLAGS) == 0
     assert "would be refused" not in capsys.readouterr().out
@@ -67,8 +67,8 @@ def test_the_plan_checks_each_command_with_the_device_it_is_given(tmp_path):
     assert all(r["refused"][0].startswith("--copo.entropy_base 1.0") for r in on_cpu["runs"])
     s.extra = CPU_FLAGS
     on_cuda = compare.plan(s, ["grpo"], [0], tmp_path / "out", decision=DeviceDecision("cuda", "a test"))
-    assert on_cuda["runs"][0]["refused"] == ["on CUDA (a test): --ds.param_dtype fp32 is the CPU path's (OpenRLHF on a "
-                                             "GPU trains in bf16 or fp16): drop it"]
+    assert on_cuda["runs"][0]["refused"] == ["on CUDA: --ds.param_dtype fp32 is the CPU path's (OpenRLHF on a GPU trains "
+                                             "in bf16 or fp16): drop it"]
 
 
 def test_samples_per_prompt_0_is_refused_not_taken_for_the_default(tmp_path, capsys):
