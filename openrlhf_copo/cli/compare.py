@@ -16,15 +16,15 @@ The flags after `--` are read by train_ppo_ray's own parser: one it does not kno
 device the runs take on this machine (each refusal named under its command; then the exit status is 1), the prompts
 and passes, the held-out sources, what the seeds' interval can be and the estimated cost, and starts nothing. Runs are
 resumable: a finished run made with the same settings (its files compared by content) is kept, one made with others
-(or with other method flags) is refused, naming the flag; a run that stopped goes on from its newest checkpoint. A
-run that fails, or stops short of --steps, is reported and the others go on; the command then exits 1, listing the
-failed runs. The report (`report.md`, `report.json` under --out, with the runs' settings and prompts) gives each
-method minus GRPO on the same held-out prompts, pooled and per source, per seed and with a 95% interval (over seeds,
-or over one seed's prompts: each says which), every column of a row over the seeds it shares with GRPO, each run's
-final step (DAPO's dynamic filtering may end a run early: said), what the seeds could detect and how many seeds a
-difference would need, and what each method's runs saw at their first step. `--report_only` reports the finished runs under --out at their recorded
-settings. Run on the CPU only so far (the tiny model in tests/test_compare.py); not on a GPU. The cost of a run at
-the paper's size: docs/gpu-recipe.md.
+(or with other method flags) is refused, naming the flag; a run that stopped goes on from its newest checkpoint. A run
+that fails, or stops short of --steps, is reported and the others go on; the command then exits 1, listing the failed
+runs. The report (`report.md`, `report.json` under --out, with the runs' settings and prompts) gives each method minus
+GRPO on the same held-out prompts, pooled and per source, per seed and with a 95% interval (over seeds, or over one
+seed's prompts: each says which), every column of a row over the seeds it shares with GRPO, each run's final step
+(DAPO's dynamic filtering may end a run early: said), what the seeds could detect and how many seeds a difference
+would need, and what each method's runs saw at their first step. `--report_only` reports the finished runs under --out
+at their recorded settings. Run on the CPU only so far (the tiny model in tests/test_compare.py); not on a GPU. The
+cost of a run at the paper's size: docs/gpu-recipe.md.
 """
 
 from __future__ import annotations

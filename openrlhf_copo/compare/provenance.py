@@ -291,7 +291,8 @@ def check_same_environment(out: Path, infos: List[dict]) -> None:
         raise SystemExit(f"{out}: {names[0]} recorded no package versions (made before runs recorded them), "
                          f"{names[1]} did: the same seeds draw other responses on another version, so they cannot "
                          "be paired; report them from separate --out folders, or rerun the first in this environment")
-    unlike = _unlike_run(out, infos, "environment", lambda a, b: environment_differs(a["environment"], b["environment"]))
+    unlike = _unlike_run(out, infos, "environment",
+                         lambda a, b: environment_differs(a["environment"], b["environment"]))
     if unlike:
         other, first, (name, theirs, ours) = unlike
         raise SystemExit(f"{out}: {other} was made with {name} {theirs}, {first} with {ours}: the same seeds draw "
