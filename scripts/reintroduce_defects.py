@@ -80,7 +80,7 @@ DEFECTS = (
     Defect("t-dof-off-by-one", "compare", "openrlhf_copo/compare/stats.py",
            "t_quantile(0.975, len(per_seed) - 1) * se", "t_quantile(0.975, len(per_seed)) * se",
            "paired_over_seeds: the interval's t quantile at n dof, not n - 1",
-           ("tests/test_compare.py",)),
+           ("tests/compare/test_stats.py",)),
     Defect("unrecorded-versions-paired", "compare", "openrlhf_copo/compare/provenance.py",
            "    if recorded and len(recorded) < len(infos):\n",
            "    if False:  # defect: a run that recorded no versions pairs with one that did\n",

@@ -1,6 +1,6 @@
 """`python -m openrlhf_copo.cli.compare`: a paired comparison of advantage methods on your model and data.
 
-The command at the paper's size, on one 8-GPU node (its one copy, parsed by tests/test_compare.py):
+The command at the paper's size, on one 8-GPU node (its one copy, parsed by tests/compare/test_plan.py):
 docs/gpu-recipe.md, "Comparing methods at the paper's size".
 
 Each (method, seed) is one `train_ppo_ray` run with the same flags but the method's (`openrlhf_copo.compare`);
@@ -23,7 +23,7 @@ GRPO on the same held-out prompts, pooled and per source, per seed and with a 95
 seed's prompts: each says which), every column of a row over the seeds it shares with GRPO, each run's final step
 (DAPO's dynamic filtering may end a run early: said), what the seeds could detect and how many seeds a difference
 would need, and what each method's runs saw at their first step. `--report_only` reports the finished runs under --out
-at their recorded settings. Run on the CPU only so far (the tiny model in tests/test_compare.py); not on a GPU. The
+at their recorded settings. Run on the CPU only so far (the tiny model in tests/e2e/test_compare_cpu.py); not on a GPU. The
 cost of a run at the paper's size: docs/gpu-recipe.md.
 """
 

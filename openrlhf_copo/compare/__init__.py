@@ -49,7 +49,7 @@ The package, one concern a module:
 
 The CPU benchmark's settings are presets of this (benchmarks/learning_curve.py); on a GPU cluster the same tool
 takes your model, data, G, prompts per step, steps, learning rate, start checkpoint and any OpenRLHF flag. It has
-run on the CPU only (the tiny model in tests/test_compare.py, SmolLM2 in the benchmark); not on a GPU.
+run on the CPU only (the tiny model in tests/e2e/test_compare_cpu.py, SmolLM2 in the benchmark); not on a GPU.
 """
 
 from openrlhf_copo.compare.command import TOOL_FLAGS, check_extra, checkpoint_flags, extra_conflicts, run_argv

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from compare_support import setting, write_run, write_sources_run
 from openrlhf_copo import compare
 from tests_support import REPO
 
@@ -99,3 +100,69 @@ def test_the_committed_runs_pair_by_content_with_a_clone_elsewhere(tmp_path):
     assert every and all(r["content"] is not None and "content" not in r["unknown"] for r in every)
     shutil.copytree(marker.parent, tmp_path / "grpo-seed0")  # a reader of the copied folder sees the same record
     assert compare.finished_runs(tmp_path)[0]["content"] == committed["content"]
+
+
+def test_a_start_is_fingerprinted_by_its_weights_and_a_report_refuses_to_pair_two_starts(tmp_path):
+    """The fingerprint is the sha256 of the weight files, names then bytes (config and tokenizer files do not count);
+    one changed byte changes it. A seed whose runs began from other weights than its GRPO run is refused by name."""
+    import hashlib
+
+    start = tmp_path / "start"
+    start.mkdir()
+    (start / "model.safetensors").write_bytes(b"\x00\x01weights")
+    (start / "config.json").write_text("{}")
+    expected = hashlib.sha256(b"model.safetensors" + b"\x00\x01weights").hexdigest()
+    assert compare.start_fingerprint(str(start)) == expected
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "model.safetensors").write_bytes(b"\x00\x02weights")
+    assert compare.start_fingerprint(str(other)) != expected
+    with pytest.raises(SystemExit, match=r"no \*\.safetensors or \*\.bin weight files"):
+        compare.start_fingerprint(str(tmp_path))
+
+    first = {"copo_zero_std": 0.5}
+    infos = [write_run(tmp_path / "runs", m, seed, "1000", first) for m in ("grpo", "copo") for seed in (0, 1)]
+    for info in infos:
+        info["start_sha256"] = "a" if (info["method"], info["seed"]) != ("copo", 1) else "b"
+    compare.check_same_start(tmp_path / "runs", infos[:3])  # seed 1 has only its GRPO run: nothing to pair
+    with pytest.raises(SystemExit, match=r"copo-seed1\. A paired comparison needs one start per seed"):
+        compare.report(tmp_path / "runs", infos)
+    del infos[3]["start_sha256"]  # a run with no record of its start beside one with a record: refused too
+    with pytest.raises(SystemExit, match="copo-seed1"):
+        compare.check_same_start(tmp_path / "runs", infos)
+
+
+def test_a_rerun_refuses_a_finished_run_made_with_other_settings_naming_the_flag(tmp_path):
+    """A GRPO run at the old lr is not kept for a command at a new lr: the rerun stops before running anything, naming
+    --lr and both values. The same settings keep it (no run is started: the marker is returned)."""
+    for name in ("train.jsonl", "test.jsonl"):
+        (tmp_path / name).write_text('{"prompt": "q", "label": "1"}\n' * 8)
+    old = setting(tmp_path, lr=1e-6, prompts_per_step=4, steps=2)
+    info = write_sources_run(tmp_path / "runs", "grpo", 0, {"math500": "0101"}, compare.settings_of(old))
+    assert compare.run_one(old, "grpo", 0, tmp_path / "runs", step0=True) == info
+    with pytest.raises(SystemExit, match=r"grpo-seed0 finished with --lr 1e-06, this command has 2e-06: use another "
+                                         r"--out, or delete"):
+        compare.run_one(setting(tmp_path, lr=2e-6, prompts_per_step=4, steps=2), "grpo", 0, tmp_path / "runs", True)
+    with pytest.raises(SystemExit, match="the flags after --"):
+        compare.run_one(setting(tmp_path, lr=1e-6, prompts_per_step=4, steps=2, extra=["--actor.eps_clip", "0.3"]),
+                        "grpo", 0, tmp_path / "runs", True)
+
+
+def test_a_report_refuses_to_pair_runs_made_with_different_settings_and_records_them(tmp_path):
+    """GRPO recorded at lr 1e-6 beside COPO at 2e-6: no pairing, the flag named. Runs that agree give the report their
+    settings; --report_only needs neither --model nor the data files."""
+    from openrlhf_copo.cli import compare as cli
+
+    base = {"--model": "Qwen/Qwen2.5-3B-Instruct", "--lr": 1e-06, "--steps": 1, "the flags after --": []}
+    write_sources_run(tmp_path / "mixed", "grpo", 0, {"math500": "0101"}, base)
+    write_sources_run(tmp_path / "mixed", "copo", 0, {"math500": "1101"}, {**base, "--lr": 2e-06})
+    with pytest.raises(SystemExit, match=r"copo-seed0 was made with --lr 2e-06, grpo-seed0 with 1e-06"):
+        compare.report(tmp_path / "mixed", compare.finished_runs(tmp_path / "mixed"))
+    with pytest.raises(SystemExit, match=r"copo-seed0 was made with --lr 2e-06, grpo-seed0 with 1e-06"):
+        cli.main(["--report_only", "--out", str(tmp_path / "mixed"), "--seeds", "0"])
+
+    write_sources_run(tmp_path / "same", "grpo", 0, {"math500": "0101"}, base)
+    write_sources_run(tmp_path / "same", "copo", 0, {"math500": "1101"}, base)
+    assert cli.main(["--report_only", "--out", str(tmp_path / "same"), "--seeds", "0"]) == 0
+    saved = json.loads((tmp_path / "same" / "report.json").read_text())
+    assert saved["settings"] == base and saved["table"]["copo"]["minus_baseline"]["mean"] == pytest.approx(0.25)
