@@ -83,18 +83,18 @@ def model_fingerprint(folder: Path) -> str:
 def content_of(setting) -> Dict[str, Optional[str]]:
     """{flag: sha256} of the files a `Setting` names (`FILE_FLAGS`): a data or reward file's bytes (several held-out
     files: over their hashes in order), a model folder's files (`model_fingerprint`), a start checkpoint's weights
-    (`start_fingerprint`); None for a model that is no local folder (a hub name, paired by name) and for no start."""
+    (`start_fingerprint`); None for no start, and for a model or data set that is no local folder or file (a hub
+    name, as OpenRLHF takes one: paired by name; the run's preflight says whether it exists)."""
     def one(flag: str, value) -> Optional[str]:
-        if value is None or (flag == "--model" and not Path(str(value)).is_dir()):
+        if value is None:
             return None
-        if flag == "--model":
-            return model_fingerprint(Path(str(value)))
         if flag == "--start_checkpoint":
             return start_fingerprint(str(value))
+        if flag == "--model":
+            return model_fingerprint(Path(str(value))) if Path(str(value)).is_dir() else None
         paths = [Path(v) for v in str(value).split(",")]
-        missing = [str(p) for p in paths if not p.is_file()]
-        if missing:
-            raise SystemExit(f"{flag} {', '.join(missing)}: no such file")
+        if not all(p.is_file() for p in paths):
+            return None
         return file_sha256(paths[0]) if len(paths) == 1 else _files_sha256(paths)
 
     values = {"--model": setting.model, "--start_checkpoint": setting.start, "--train_data": setting.train,
