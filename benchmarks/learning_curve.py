@@ -136,9 +136,10 @@ def run_one(method: str, seed: int, args, model: str, train: Path, test: Path) -
 
 
 def finished_runs(out: Path, seeds: int) -> List[dict]:
-    """The markers of the finished runs under ``out`` of seeds 0..seeds-1, every method, seed by seed."""
+    """The markers of the finished runs under ``out`` of seeds 0..seeds-1, every method, seed by seed, in today's shape
+    (`compare.read_marker`)."""
     markers = [out / f"{m}-seed{s}" / "done.json" for s in range(seeds) for m in METHODS]
-    return [json.loads(p.read_text()) for p in markers if p.exists() and (p.parent / "metrics.jsonl").exists()]
+    return [compare.read_marker(p) for p in markers if p.exists() and (p.parent / "metrics.jsonl").exists()]
 
 
 def summarize(args, infos: List[dict]) -> dict:

@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/regimes.py probe --regime hard          # the regime's shares at step 1, 48 prompts
     .venv/bin/python benchmarks/regimes.py run --regime hard --methods grpo copo --seeds 0 1
     .venv/bin/python benchmarks/regimes.py report                       # every finished run of every regime
+    .venv/bin/python benchmarks/regimes.py record-content               # the committed runs' files by content
 
 Each regime is a preset of the comparison tool (`openrlhf_copo.compare`, `python -m openrlhf_copo.cli.compare`): the
 CPU demo's job (SmolLM2-135M-Instruct, the final-number 0/1 reward, fp32, ZeRO-0) at the paper's G = 6, with the
@@ -34,6 +35,7 @@ sys.path.insert(1, str(REPO / "benchmarks"))  # `mixed_setting` imports learning
 
 from openrlhf_copo import compare  # noqa: E402
 from openrlhf_copo.cpu_demo import job  # noqa: E402
+from openrlhf_copo.files import write_atomic  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "regimes"
 
@@ -593,6 +595,87 @@ def report() -> Dict[str, dict]:
     return results
 
 
+def regenerated_files() -> Dict[str, Path]:
+    """{path as the runs recorded it: the file or folder} of every data file and the model the regimes' presets make,
+    regenerated here from their seeds (`hard_data`, `arithmetic_data`; the model converted from its package): the
+    same bytes at the same paths on the machine that made the committed runs."""
+    from openrlhf_copo.cpu_demo.models import smollm2_instruct
+
+    made = [*hard_data(), *arithmetic_data(), *arithmetic_data(held_out=job.N_TEST), Path(smollm2_instruct())]
+    return {str(Path(p).resolve()): Path(p) for p in made}
+
+
+def _rows(path: Path) -> int:
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+def content_afterwards(folder: Path, info: dict, files: Dict[str, Path]) -> tuple:
+    """(content, None) for a committed run that recorded its files by path only (schema 1), from ``files`` (the
+    regenerated files: `regenerated_files`), each checked against what the run recorded: the path itself, the
+    training file's rows (its ``prompts``), the held-out file's rows (the per-prompt verdicts of its final
+    evaluation), the reward file by name in this checkout (git keeps its history), the start by the weights' sha256
+    the run recorded; or (None, why not) when one cannot be."""
+    from openrlhf_copo.evaluation.metrics_file import eval_rows, greedy_by_source, read_metrics
+
+    settings, content = info["settings"], {}
+    for flag in compare.FILE_FLAGS:
+        recorded = settings.get(flag)
+        if flag == "--start_checkpoint":
+            if recorded and not info.get("start_sha256"):
+                return None, f"{flag} {recorded}: no start_sha256 recorded"
+            content[flag] = info.get("start_sha256") if recorded else None
+            continue
+        if flag == "--reward":
+            here = Path(compare.__file__).resolve().parents[1] / "rewards" / Path(recorded).name
+            if not here.is_file():
+                return None, f"{flag} {recorded}: no {Path(recorded).name} in this checkout's rewards/"
+            content[flag] = compare.file_sha256(here)
+            continue
+        if recorded not in files:
+            return None, f"{flag} {recorded}: not a file the regimes regenerate here"
+        path = files[recorded]
+        if flag == "--model":
+            content[flag] = compare.model_fingerprint(path)
+            continue
+        if flag == "--train_data" and _rows(path) != (info.get("prompts") or {}).get("source_rows"):
+            return None, f"{flag} {recorded}: {_rows(path)} rows, the run recorded {info['prompts']['source_rows']}"
+        if flag == "--eval_data":
+            rows = read_metrics(compare.run_dir(folder, info["method"], info["seed"]) / "metrics.jsonl")
+            verdicts = sum(len(o or "") for _, _, o in greedy_by_source(eval_rows(rows)[-1]).values())
+            if _rows(path) != verdicts:
+                return None, f"{flag} {recorded}: {_rows(path)} rows, the run's final evaluation judged {verdicts}"
+        content[flag] = compare.file_sha256(path)
+    return content, None
+
+
+def record_content() -> int:
+    """The committed runs that recorded their files by path only (done.json schema 1) get the content of those files
+    (`content_afterwards`), so that they pair by content with runs made from another folder (a clone elsewhere):
+    written into their done.json with ``content_recorded`` saying how. Runs whose files cannot be regenerated and
+    checked here are left as they were and named."""
+    files = regenerated_files()
+    written, left = 0, []
+    for marker in sorted(RESULTS.glob("**/*-seed*/done.json")):
+        info = json.loads(marker.read_text())
+        if "settings" not in info or "content" in info:
+            continue
+        content, why = content_afterwards(marker.parent.parent, info, files)
+        if content is None:
+            left.append(f"{marker.parent.relative_to(RESULTS)}: {why}")
+            continue
+        info.update(content=content, content_recorded=CONTENT_RECORDED)
+        write_atomic(marker, json.dumps(info))
+        written += 1
+    print(f"content recorded for {written} runs" + "".join(f"\nleft as they were: {line}" for line in left))
+    return 0
+
+
+#: What a committed run's ``content_recorded`` says: its files' content was recorded afterwards, and how.
+CONTENT_RECORDED = ("afterwards, by `benchmarks/regimes.py record-content`: the files regenerated from their seeds at "
+                    "the paths the run recorded, their rows checked against the run's prompts and final verdicts; "
+                    "the reward file of the recorded name in this checkout; the start by its recorded start_sha256")
+
+
 def main(argv: List[str] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -608,10 +691,14 @@ def main(argv: List[str] = None) -> int:
     r.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     r.add_argument("--lr", type=float, default=job.LR)
     sub.add_parser("report", help="regimes.md / .json / .png from every regime's finished runs")
+    sub.add_parser("record-content", help="record the content of the files of the committed runs that recorded "
+                                          "their paths only (they regenerate here from their seeds)")
     args = p.parse_args(argv)
     if args.cmd == "report":
         report()
         return 0
+    if args.cmd == "record-content":
+        return record_content()
     if args.cmd == "probe":
         name = args.regime if args.method == compare.BASELINE else f"{args.regime}-{args.method}"
         probe(args.regime, args.prompts, RESULTS / "probes" / name, args.method)

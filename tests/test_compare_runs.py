@@ -16,7 +16,8 @@ import pytest
 
 from openrlhf_copo import compare
 from openrlhf_copo.cli import compare as cli
-from openrlhf_copo.compare_runs import RunLock, check_steps, process_start, resume_step
+from openrlhf_copo.compare.runner import check_steps, resume_step
+from openrlhf_copo.compare_runs import RunLock, process_start
 from tests_support import REPO
 
 
@@ -38,8 +39,8 @@ def finished(out: Path, method: str, seed: int, s: compare.Setting, flags=None, 
     d = compare.run_dir(out, method, seed)
     d.mkdir(parents=True)
     write_rows(d / "metrics.jsonl", [{"step": 0, "eval": 1, "eval_x_greedy": 0.5, "eval_x_greedy_outcomes": "01"},
-                                     {"step": 1, "copo_zero_std": 0.5},
-                                     {"step": 1, "eval": 1, "eval_x_greedy": 0.5, "eval_x_greedy_outcomes": "10"}])
+                                     {"step": 1, "copo_zero_std": 0.5}, {"step": 2},  # the setting's --steps 2
+                                     {"step": 2, "eval": 1, "eval_x_greedy": 0.5, "eval_x_greedy_outcomes": "10"}])
     info = {"method": method, "seed": seed, "wall_seconds": 60.0, "settings": compare.settings_of(s),
             "method_flags": compare.METHODS[method] if flags is None else flags}
     environment = compare.environment() if environment is None else environment

@@ -1,6 +1,6 @@
 """`python -m openrlhf_copo.cli.compare`: a paired comparison of advantage methods on your model and data.
 
-The command at the paper's size, on one 8-GPU node (its one copy, parsed by tests/test_compare.py):
+The command at the paper's size, on one 8-GPU node (its one copy, parsed by tests/compare/test_plan.py):
 docs/gpu-recipe.md, "Comparing methods at the paper's size".
 
 Each (method, seed) is one `train_ppo_ray` run with the same flags but the method's (`openrlhf_copo.compare`);
@@ -11,16 +11,20 @@ deleted with its final model). A flag after `--` that would redefine a method (`
 copo_selective_rho04), the paired flags or one of the tool's own (`--rollout.n_samples_per_prompt` for
 --samples_per_prompt) is refused before any run starts. Every run draws steps
 x prompts per step prompts, from as many distinct ones as the data and the steps allow (`compare.prompt_plan`).
-`--dry_run` prints every run's command, the prompts and passes, the held-out sources and the estimated cost, and
-starts nothing. Runs are resumable: a finished run made with the same settings is kept, one made with others (or
-with other method flags) is refused, naming the flag; a run that stopped goes on from its newest checkpoint. A run
-that fails is reported and the others go on; the command then exits 1, listing the failed runs. The report
-(`report.md`, `report.json` under --out, with the runs' settings and prompts) gives each method minus GRPO on the
-same held-out prompts, pooled and per source, per seed and with a 95% interval (over seeds, or over one seed's
-prompts: each says which), what the seeds could detect and how many seeds a difference would need, and what each
-method's runs saw at their first step. `--report_only` reports the finished runs under --out at their recorded
-settings. Run on the CPU only so far (the tiny model in tests/test_compare.py); not on a GPU. The cost of a run at
-the paper's size: docs/gpu-recipe.md.
+The flags after `--` are read by train_ppo_ray's own parser: one it does not know (misspelt, abbreviated) is refused.
+`--dry_run` prints every run's command, each checked with that parser, OpenRLHF's and COPO's refusals and those of the
+device the runs take on this machine (each refusal named under its command; then the exit status is 1), the prompts
+and passes, the held-out sources, what the seeds' interval can be and the estimated cost, and starts nothing. Runs are
+resumable: a finished run made with the same settings (its files compared by content) is kept, one made with others
+(or with other method flags) is refused, naming the flag; a run that stopped goes on from its newest checkpoint. A run
+that fails, or stops short of --steps, is reported and the others go on; the command then exits 1, listing the failed
+runs. The report (`report.md`, `report.json` under --out, with the runs' settings and prompts) gives each method minus
+GRPO on the same held-out prompts, pooled and per source, per seed and with a 95% interval (over seeds, or over one
+seed's prompts: each says which), every column of a row over the seeds it shares with GRPO, each run's final step
+(DAPO's dynamic filtering may end a run early: said), what the seeds could detect and how many seeds a difference
+would need, and what each method's runs saw at their first step. `--report_only` reports the finished runs under --out
+at their recorded settings. Run on the CPU only so far (the tiny model in tests/e2e/test_compare_cpu.py); not on a GPU. The
+cost of a run at the paper's size: docs/gpu-recipe.md.
 """
 
 from __future__ import annotations
@@ -44,6 +48,17 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 
 #: The default methods and seeds of a run; --report_only reports what is there instead.
 METHODS, SEEDS = ["grpo", "copo"], [0, 1]
+
+
+def _at_least(low: int):
+    """An argparse type: an integer of at least ``low`` (argparse names the flag of a value it refuses)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value}: must be {low} or more")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
 
 
 def parser() -> argparse.ArgumentParser:
@@ -70,17 +85,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", nargs="+", type=int, default=None,
                    help=f"--train.seed of each run (default: {' '.join(map(str, SEEDS))} when running; with "
                         "--report_only, every seed found under --out)")
-    p.add_argument("--samples_per_prompt", type=int, default=None,
+    p.add_argument("--samples_per_prompt", type=_at_least(1), default=None,
                    help=f"G, responses per prompt (default: {d.samples_per_prompt} when running; with --report_only, "
                         "the G the runs recorded)")
-    p.add_argument("--prompts_per_step", type=int, default=d.prompts_per_step, help="prompts per rollout batch, one "
-                                                                                      "optimizer step each")
-    p.add_argument("--steps", type=int, default=d.steps, help="training steps of every run (the prompts: see "
-                                                                "--dry_run)")
+    p.add_argument("--prompts_per_step", type=_at_least(1), default=d.prompts_per_step,
+                   help="prompts per rollout batch, one optimizer step each")
+    p.add_argument("--steps", type=_at_least(1), default=d.steps,
+                   help="training steps of every run (the prompts: see --dry_run)")
     p.add_argument("--lr", type=float, default=d.lr, help="learning rate (--actor.adam.lr), constant")
-    p.add_argument("--eval_every", type=int, default=d.eval_every, help="held-out evaluation every N steps, and "
-                                                                          "after the last")
-    p.add_argument("--save_every", type=int, default=d.save_every,
+    p.add_argument("--eval_every", type=_at_least(1), default=d.eval_every,
+                   help="held-out evaluation every N steps, and after the last")
+    p.add_argument("--save_every", type=_at_least(0), default=d.save_every,
                    help="a checkpoint every this many steps (0: none), the two newest kept until the run finished: a "
                         "rerun of a run that stopped goes on from its newest")
     p.add_argument("--device", default=d.device, choices=["auto", "cuda", "cpu"], help="--copo.device of every run")
@@ -116,13 +131,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser().error(f"{', '.join(missing)} required to run (not with --report_only)")
     setting = compare.Setting(
         model=args.model, start=args.start_checkpoint, train=args.train_data, test=args.eval_data,
-        samples_per_prompt=args.samples_per_prompt or compare.Setting.samples_per_prompt,
+        samples_per_prompt=compare.Setting.samples_per_prompt if args.samples_per_prompt is None
+        else args.samples_per_prompt,
         prompts_per_step=args.prompts_per_step, steps=args.steps, lr=args.lr, eval_every=args.eval_every,
         reward=args.reward, input_key=args.input_key, label_key=args.label_key, device=args.device, extra=extra,
         save_every=args.save_every)
     if args.dry_run:
-        print(compare.plan_text(compare.plan(setting, methods, seeds, args.out)))
-        return 0
+        plan = compare.plan(setting, methods, seeds, args.out)
+        print(compare.plan_text(plan))
+        return 1 if any(r["refused"] for r in plan["runs"]) else 0
     infos = compare.run_all(setting, methods, seeds, args.out)
     if infos:
         write_report(args.out, infos, setting.samples_per_prompt, args.target_difference)
