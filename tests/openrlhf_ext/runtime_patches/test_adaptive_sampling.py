@@ -112,14 +112,15 @@ class Engines:
             reward = self.reward(self.rng.random() < self.rates[prompt])
             length = 1 + self.serial % 4
             self.drawn[prompt].append((self.serial, reward, length))
-            out.append({"prompt": prompt, "label": label, "observation_tokens": [5, 6, 7, self.serial] + [9] * (length - 1),
+            out.append({"prompt": prompt, "label": label,
+                        "observation_tokens": [5, 6, 7, self.serial] + [9] * (length - 1),
                         "action_ranges": [(3, 3 + length)], "reward": reward, "scores": reward,
                         "rollout_log_probs": None, "truncated": False, "extra_logs": {}})
         return out
 
 
 def generator_for(engines: Engines, G: int, monkeypatch, **copo) -> SamplesGenerator:
-    """A real `SamplesGenerator` whose dispatch asks ``engines`` (the refs are the responses: `ray.get` returns them)."""
+    """A real `SamplesGenerator` whose dispatch asks ``engines`` (its refs are the responses: `ray.get` gives them)."""
     import ray
 
     args = types.SimpleNamespace(rollout=types.SimpleNamespace(n_samples_per_prompt=G),
@@ -140,6 +141,12 @@ def first_round(generator, engines: Engines, prompts, G: int) -> list:
             for r in engines.respond(p, "1", G)]
 
 
+def step(generator, engines: Engines, prompts, G: int) -> list:
+    """One training rollout: the first round of G, then `resample`'s rounds; the G kept per prompt."""
+    first = first_round(generator, engines, prompts, G)
+    return resample(generator, first, {"n_samples_per_prompt": G, "max_len": 2048})
+
+
 #: Success rates from never to always, for prompts that resolve in each round, at the budget, or never.
 RATES = [0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.95, 0.98, 1.0]
 
@@ -151,7 +158,7 @@ def test_resampling_keeps_the_groups_that_keeping_every_response_would(G, exit, 
     prompts = [f"q{i}" for i in range(3 * len(RATES))]
     engines = Engines(dict(zip(prompts, RATES * 3)), seed=G)
     generator = generator_for(engines, G, monkeypatch, ada_exit=exit)
-    kept = resample(generator, first_round(generator, engines, prompts, G), {"n_samples_per_prompt": G, "max_len": 2048})
+    kept = step(generator, engines, prompts, G)
 
     expected, drawn_at_most, all_tokens = [], 0, 0
     for p in prompts:
@@ -196,7 +203,7 @@ def test_a_step_holds_at_most_G_responses_per_prompt_while_it_samples(monkeypatc
         return dispatch(*args, **kwargs)
 
     generator._dispatch_prompts_to_vllm = watched_dispatch
-    kept = resample(generator, first_round(generator, engines, prompts, G), {"n_samples_per_prompt": G, "max_len": 2048})
+    kept = step(generator, engines, prompts, G)
     drawn = sum(len(v) for v in engines.drawn.values())
     assert len(at_dispatch) == 4 and drawn > 3 * G * len(prompts)  # rounds of 8 up to 32: 4 + 8 + 8 + 8 + 4
     assert max(at_dispatch) <= G * len(prompts), at_dispatch
@@ -206,13 +213,13 @@ def test_a_step_holds_at_most_G_responses_per_prompt_while_it_samples(monkeypatc
 def test_a_first_step_with_no_correct_response_stops_the_run_in_one_line(monkeypatch):
     """--copo.ada_threshold 5 with 0/1 rewards: nothing counts as correct, every prompt draws the whole budget and would
     train on its reward with no baseline. The first step stops the run, in one line naming the flag; a later step of
-    the same generator goes on (a hard batch then, not a setting), and so does a first step where one response counted."""
+    the same generator goes on (a hard batch then, not a setting), and so does a first step where one response
+    counted."""
     G, prompts = 4, ["easy", "coin"]
     engines = Engines({"easy": 1.0, "coin": 0.5}, seed=3)
     generator = generator_for(engines, G, monkeypatch, ada_threshold=5.0, ada_budget=12)
-    kwargs = {"n_samples_per_prompt": G, "max_len": 2048}
     with pytest.raises(CopoConfigError) as stopped:
-        resample(generator, first_round(generator, engines, prompts, G), kwargs)
+        step(generator, engines, prompts, G)
     assert [len(engines.drawn[p]) for p in prompts] == [12, 12]
     message = str(stopped.value)
     assert message == ("reinforce_ada: no response of the first step had a reward above --copo.ada_threshold 5 "
@@ -220,8 +227,8 @@ def test_a_first_step_with_no_correct_response_stops_the_run_in_one_line(monkeyp
                        "with no baseline; set the threshold within the reward's range (REWARD_RANGE in the reward file "
                        "checks it at start)")
     assert failure_line(stopped.value, None) == f"training stopped: CopoConfigError: {message}"  # whole, in one line
-    assert len(resample(generator, first_round(generator, engines, prompts, G), kwargs)) == 2 * G
+    assert len(step(generator, engines, prompts, G)) == 2 * G
 
     engines = Engines({"easy": 1.0, "coin": 0.5}, seed=3)
     generator = generator_for(engines, G, monkeypatch, ada_threshold=0.7, ada_budget=12)
-    assert len(resample(generator, first_round(generator, engines, prompts, G), kwargs)) == 2 * G
+    assert len(step(generator, engines, prompts, G)) == 2 * G
