@@ -96,11 +96,12 @@ def test_a_pool_keeps_at_most_G_and_selects_what_the_whole_pool_would(G):
 class Engines:
     """Stands in for the vLLM engines behind OpenRLHF's `_dispatch_prompts_to_vllm`: each request's responses as the
     rollout executor returns them (prompt and response tokens, the reward scored in the engine), each prompt's reward
-    drawn at its success rate by a seeded generator, and each response's first token its serial number, so that an
-    Experience made of it says which draw it is. Every draw is recorded per prompt, in draw order."""
+    drawn at its success rate by a seeded generator (or, for a prompt in ``scripted``, read from its list in draw
+    order), and each response's first token its serial number, so that an Experience made of it says which draw it
+    is. Every draw is recorded per prompt, in draw order."""
 
-    def __init__(self, rates: dict, seed: int = 0, reward=float):
-        self.rates, self.rng, self.reward = rates, random.Random(seed), reward
+    def __init__(self, rates: dict, seed: int = 0, reward=float, scripted: dict = None):
+        self.rates, self.rng, self.reward, self.scripted = rates, random.Random(seed), reward, scripted or {}
         self.drawn = defaultdict(list)  # prompt -> [(serial, reward, response tokens)]
         self.serial = 0
         self.calls = []  # what each dispatch call asked for: {prompt: responses}
@@ -109,7 +110,8 @@ class Engines:
         out = []
         for _ in range(n):
             self.serial += 1
-            reward = self.reward(self.rng.random() < self.rates[prompt])
+            reward = (self.scripted[prompt][len(self.drawn[prompt])] if prompt in self.scripted
+                      else self.reward(self.rng.random() < self.rates[prompt]))
             length = 1 + self.serial % 4
             self.drawn[prompt].append((self.serial, reward, length))
             out.append({"prompt": prompt, "label": label,
@@ -176,6 +178,25 @@ def test_resampling_keeps_the_groups_that_keeping_every_response_would(G, exit, 
                for e in kept)
     assert kept[0].info[ADA_ROUNDS].item() == 1 + len(engines.calls) == 1 + -(-(32 - G) // 8)
     assert kept[0].info[ADA_TOKENS_FIRST_ROUND].item() == sum(n for p in prompts for *_, n in engines.drawn[p][:G])
+
+
+def test_at_G_6_the_exit_is_checked_after_6_14_22_30_and_32_draws(monkeypatch):
+    """docs/paper.md's round schedule at G = 6 (rounds of 8 up to 32: 6 + 8 + 8 + 8 + 2): a prompt whose balanced
+    exit rule (3 correct and 3 incorrect) is met at draw k leaves with the pool of the first check at or after k; the
+    official code's checks are after 8, 16, 24 and 32. Under positive_focused an all-correct first round of 6 leaves
+    at once with its 6 correct kept and a pool rate of 1 (advantage 0), whatever draws 7 and 8 would have been."""
+    G, checks = 6, (6, 14, 22, 30, 32)
+    met_at = {f"k{k}": k for k in range(6, 33)}  # 3 correct, more correct, then the third incorrect at draw k
+    scripted = {p: [1.0] * (k - 3) + [0.0] * (40 - k + 3) for p, k in met_at.items()}
+    engines = Engines({}, scripted=scripted)
+    step(generator_for(engines, G, monkeypatch), engines, list(met_at), G)
+    left_with = {p: min(c for c in checks if c >= k) for p, k in met_at.items()}  # k6: 6, k7: 14, ..., k31: 32
+    assert {p: len(engines.drawn[p]) for p in met_at} == left_with
+
+    engines = Engines({}, scripted={"easy": [1.0] * 6 + [0.0, 0.0]})
+    kept = step(generator_for(engines, G, monkeypatch, ada_exit="positive_focused"), engines, ["easy"], G)
+    assert len(engines.drawn["easy"]) == 6 and [e.rewards.item() for e in kept] == [1.0] * 6
+    assert kept[0].info[ADA_DRAWN].item() == kept[0].info[ADA_DRAWN_CORRECT].item() == 6
 
 
 def test_a_step_holds_at_most_G_responses_per_prompt_while_it_samples(monkeypatch):
