@@ -53,11 +53,6 @@ def samples_adaptively(args) -> bool:
     return is_copo(args) and mode_info(resolve_mode(args)).adaptive_sampling
 
 
-def is_correct(experience, threshold: float) -> bool:
-    """A response is correct when its reward exceeds the threshold (the official code's positive_threshold)."""
-    return reward_of(experience) > threshold
-
-
 def reward_of(experience) -> float:
     """A response's reward, scored in the engine as it was sampled."""
     if experience.rewards is None:
@@ -93,7 +88,8 @@ class Pool:
 
     def add(self, experience) -> None:
         """Count one more response (the next in draw order), keep it if the selection can still take it, and let go of
-        the kept ones it no longer can."""
+        the kept ones it no longer can. It is correct when its reward exceeds the threshold (the official code's
+        positive_threshold)."""
         reward = reward_of(experience)
         correct = reward > self.threshold
         self.drawn += 1
