@@ -125,7 +125,7 @@ def declared_reward_range(path: str) -> Optional[Tuple[float, float]]:
             continue
         try:
             value = ast.literal_eval(node.value)
-        except ValueError:
+        except (ValueError, TypeError, SyntaxError):  # not a literal (a name, a call), or no value at all
             value = None
         if (not isinstance(value, (tuple, list)) or len(value) != 2
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)

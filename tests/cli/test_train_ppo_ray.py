@@ -221,6 +221,7 @@ def test_preflight_accepts_a_threshold_in_range_or_a_reward_file_without_one(tmp
     ("REWARD_RANGE = (1.0, 0.0)\n", "{f}:1: REWARD_RANGE must be a literal pair of numbers"),
     ("import math\nREWARD_RANGE = (0, math.inf)\n", "{f}:2: REWARD_RANGE must be a literal pair of numbers"),
     ("REWARD_RANGE = [0, 1, 2]\n", "{f}:1: REWARD_RANGE must be a literal pair of numbers"),
+    ("REWARD_RANGE: tuple\n", "{f}:1: REWARD_RANGE must be a literal pair of numbers"),
     ("def reward_func(:\n", "{f}:1: not Python"),
 ])
 def test_preflight_names_a_bad_reward_range_declaration(tmp_path, source, reason):
