@@ -33,6 +33,11 @@ VERIFY_FAILED = "copo_verify_failed"
 LABEL_ERROR = "copo_label_error"
 #: What a COPO reward function returns in `extra_logs`, in this order.
 REWARD_LOGS = (ANSWER_ID, CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR, ANSWER_STRING_ID)
+#: The name a reward file may give, at module level, to the (least, greatest) reward its `reward_func` returns, as a
+#: literal pair: ``REWARD_RANGE = (0.0, 1.0)``. Read from the file's source, not run, by the preflight
+#: (`preflight.declared_reward_range`), which refuses a `--copo.ada_threshold` no reward can exceed, or every reward
+#: exceeds, before the run starts.
+REWARD_RANGE = "REWARD_RANGE"
 
 #: w_global * A_global of each response: the advantage of the loss's second PolicyLoss term.
 WEIGHTED_GLOBAL_ADV = "copo_weighted_global_adv"

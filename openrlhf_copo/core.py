@@ -65,7 +65,9 @@ __all__ = [
     "copo_advantages",
     "ADA_EXITS",
     "ada_resolved",
+    "ada_kept_counts",
     "ada_select",
+    "ada_keepable",
     "ada_pool_baseline",
     "ada_local_advantage",
     "ada_prompt_reward",
@@ -467,25 +469,54 @@ def ada_resolved(n_correct: int, n_incorrect: int, G: int, exit: str = DEFAULTS.
     return n_correct >= G // 2 and n_incorrect >= G - G // 2
 
 
-def ada_select(correct, G: int) -> list:
-    """Which G responses of a prompt's pool train (indices into the pool, in draw order), from their correctness in
-    draw order: the first k+ correct and the first G - k+ incorrect ones, with
+def ada_kept_counts(n_correct: int, n_incorrect: int, G: int) -> Tuple[int, int]:
+    """How many correct and how many incorrect responses the G kept from a pool of ``n_correct`` and ``n_incorrect``
+    hold: (k+, G - k+) with
 
         k+ = max(min(floor(G / 2), n_correct), G - n_incorrect)
 
-    i.e. half and half where the pool allows it, the other kind filling in where one kind is short. This is the
-    official code's selection in all its cases (its `downsample_cache` at the exit of either rule, and its fallback
-    for a prompt still unresolved at the budget: under `positive_focused` such a pool holds no correct response and
-    G incorrect ones are kept), given a pool of at least G, which ours always is (its first round is the normal
-    rollout's G)."""
+    i.e. half and half where the pool allows it, the other kind filling in where one kind is short (`ada_select`)."""
+    k_correct = max(min(G // 2, n_correct), G - n_incorrect)
+    return k_correct, G - k_correct
+
+
+def ada_select(correct, G: int, n_correct: Optional[int] = None, n_incorrect: Optional[int] = None) -> list:
+    """Which G responses of a prompt's pool train (indices into ``correct``, in draw order), from their correctness in
+    draw order: the first k+ correct and the first G - k+ incorrect ones (`ada_kept_counts`).
+
+    This is the official code's selection in all its cases (its `downsample_cache` at the exit of either rule, and its
+    fallback for a prompt still unresolved at the budget: under `positive_focused` such a pool holds no correct
+    response and G incorrect ones are kept), given a pool of at least G, which ours always is (its first round is the
+    normal rollout's G).
+
+    ``n_correct`` / ``n_incorrect``: the whole pool's counts, when ``correct`` is only the part of it that was kept
+    (`ada_keepable`: the first responses of each kind, in draw order); default: ``correct``'s own."""
     correct = [bool(c) for c in correct]
-    if len(correct) < G:
-        raise ValueError(f"a pool of {len(correct)} responses cannot give a group of G = {G}")
-    n_correct = sum(correct)
-    k_correct = max(min(G // 2, n_correct), G - (len(correct) - n_correct))
+    n_correct = sum(correct) if n_correct is None else n_correct
+    n_incorrect = len(correct) - sum(correct) if n_incorrect is None else n_incorrect
+    if n_correct + n_incorrect < G:
+        raise ValueError(f"a pool of {n_correct + n_incorrect} responses cannot give a group of G = {G}")
+    k_correct, k_incorrect = ada_kept_counts(n_correct, n_incorrect, G)
     pos = [i for i, c in enumerate(correct) if c][:k_correct]
-    neg = [i for i, c in enumerate(correct) if not c][: G - k_correct]
+    neg = [i for i, c in enumerate(correct) if not c][:k_incorrect]
+    if len(pos) < k_correct or len(neg) < k_incorrect:
+        raise ValueError(f"the G = {G} kept of a pool of {n_correct} correct and {n_incorrect} incorrect responses "
+                         f"are its first {k_correct} correct and {k_incorrect} incorrect ones; the {len(correct)} "
+                         f"given hold {sum(correct)} and {len(correct) - sum(correct)}")
     return sorted(pos + neg)
+
+
+def ada_keepable(n_correct: int, n_incorrect: int, G: int) -> Tuple[int, int]:
+    """The most correct and the most incorrect responses (the first of each kind, in draw order) that `ada_select` can
+    still take from a pool that holds ``n_correct`` and ``n_incorrect`` so far, whatever is drawn next: its k+ and
+    G - k+ (`ada_kept_counts`) with the other kind's count unbounded, as drawing more of a kind can only lower what
+    the other kind keeps:
+
+        correct:   max(floor(G / 2), G - n_incorrect)        incorrect:   G - min(floor(G / 2), n_correct)
+
+    The responses past these, of each kind, are never trained on: a pool that keeps only the first ones (plus its
+    counts) selects the same G, and holds at most G responses once each kind is trimmed to them."""
+    return ada_kept_counts(G, n_incorrect, G)[0], ada_kept_counts(n_correct, G, G)[1]
 
 
 def ada_pool_baseline(pool_correct: torch.Tensor, pool_size: torch.Tensor, std: str = "unbiased",

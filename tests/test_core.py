@@ -456,6 +456,26 @@ def test_reinforce_ada_keeps_a_balanced_group_in_draw_order():
         ada_select([1, 0, 1], 4)
 
 
+def test_reinforce_ada_selects_from_a_kept_part_with_the_whole_pools_counts():
+    """A pool that kept only what the selection can take (`ada_keepable`) selects by its whole counts: at G = 4, after
+    [0, 1, 0, 0, 0, 1, 1] (3 correct, 4 incorrect) the first 2 of each kind; after an all-incorrect first round and
+    one correct answer, the 3 incorrect and the 1 correct."""
+    from openrlhf_copo.core import ada_keepable, ada_kept_counts, ada_select
+
+    assert ada_kept_counts(3, 4, 4) == (2, 2) and ada_kept_counts(5, 1, 4) == (3, 1)
+    assert ada_kept_counts(0, 32, 4) == (0, 4) and ada_kept_counts(12, 0, 4) == (4, 0)
+    assert ada_kept_counts(3, 4, 5) == (2, 3)
+    # nothing drawn yet: G of either kind may still be kept; each kind drawn lowers what the other keeps, to half
+    assert ada_keepable(0, 0, 4) == (4, 4) and ada_keepable(0, 1, 4) == (3, 4) and ada_keepable(1, 1, 4) == (3, 3)
+    assert ada_keepable(2, 2, 4) == (2, 2) and ada_keepable(9, 0, 4) == (4, 2) and ada_keepable(0, 9, 5) == (2, 5)
+    assert ada_keepable(3, 0, 5) == (5, 3)  # odd G: floor(5 / 2) = 2 correct, 3 incorrect at the balance
+    # the kept part (first 2 of each kind of [0, 1, 0, 0, 0, 1, 1]: draws 0, 1, 2, 5) with the whole pool's 3 and 4
+    assert ada_select([0, 1, 0, 1], 4, n_correct=3, n_incorrect=4) == [0, 1, 2, 3]
+    assert ada_select([0, 0, 0, 1], 4, n_correct=1, n_incorrect=9) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="are its first 2 correct and 2 incorrect ones; the 4 given hold 1 and 3"):
+        ada_select([0, 1, 0, 0], 4, n_correct=3, n_incorrect=4)  # a kept part missing a correct one the G hold
+
+
 def test_reinforce_ada_pool_baseline_by_hand():
     from openrlhf_copo.core import ada_pool_baseline
 

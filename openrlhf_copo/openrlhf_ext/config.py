@@ -40,15 +40,17 @@ def is_copo(args) -> bool:
 
 
 #: `_setting`'s ``scope``: which estimators read a setting. COPO's estimators only (given to another, it is refused:
-#: it would change nothing); any estimator; COPO's only, but it only adds to the logs (given to another: a warning).
-COPO_ONLY, ANY_ESTIMATOR, COPO_LOGS = "copo", "any", "copo logs"
+#: it would change nothing); any estimator; COPO's only, but it only adds to the logs (given to another: a warning);
+#: COPO's estimators whose mode samples adaptively only (`core.Mode.adaptive_sampling`: Reinforce-Ada's rounds; given
+#: under any other mode or estimator, it is refused).
+COPO_ONLY, ANY_ESTIMATOR, COPO_LOGS, ADAPTIVE_ONLY = "copo", "any", "copo logs", "adaptive sampling"
 
 
 def _setting(default, help: str, *, choices=None, check=None, core=False, resume=False, kind=None, scope=COPO_ONLY):
     """One `--copo.<name>` setting: ``check`` is (predicate, what the value must be); ``core``: a keyword of
     `core.copo_advantages`; ``resume``: a resumed run must keep it (it changes the training math); ``scope``: which
-    estimators read it (`COPO_ONLY`, `ANY_ESTIMATOR`, `COPO_LOGS`). ``choices`` may be a function, called when the
-    parser is built (the registry's modes)."""
+    estimators read it (`COPO_ONLY`, `ANY_ESTIMATOR`, `COPO_LOGS`, `ADAPTIVE_ONLY`). ``choices`` may be a function,
+    called when the parser is built (the registry's modes)."""
     return field(default=default, metadata=dict(help=help, choices=choices, check=check, core=core,
                                                 resume=resume or core, kind=kind or type(default), scope=scope))
 
@@ -181,20 +183,20 @@ class CopoSettings:
         help="the sampled evaluation (--eval.temperature, --eval.n_samples_per_prompt: mean@k, "
              "maj@k) takes the first N held-out prompts; 0: all (any estimator)")
     ada_exit: str = _setting(
-        DEFAULTS.ada_exit, choices=ADA_EXITS, resume=True,
+        DEFAULTS.ada_exit, choices=ADA_EXITS, resume=True, scope=ADAPTIVE_ONLY,
         help="mode reinforce_ada: when a prompt leaves the sampling rounds: balanced (at least G/2 "
              "correct and G/2 incorrect responses drawn: Reinforce-Ada-balance, their script's) or "
              "positive_focused (a first correct one: Reinforce-Ada-pos)")
     ada_round_size: int = _setting(
-        DEFAULTS.ada_round_size, check=(lambda v: v >= 1, "must be >= 1"), resume=True,
+        DEFAULTS.ada_round_size, check=(lambda v: v >= 1, "must be >= 1"), resume=True, scope=ADAPTIVE_ONLY,
         help="mode reinforce_ada: responses drawn per unresolved prompt in each round after the "
              "first (the first is the normal rollout's G; their round_repeat: 8)")
     ada_budget: int = _setting(
-        DEFAULTS.ada_budget, check=(lambda v: v >= 1, "must be >= 1"), resume=True,
+        DEFAULTS.ada_budget, check=(lambda v: v >= 1, "must be >= 1"), resume=True, scope=ADAPTIVE_ONLY,
         help="mode reinforce_ada: responses drawn per prompt at most, all rounds together (their "
              "max_rounds 4 x round_repeat 8: 32); a prompt still unresolved there keeps G of its pool")
     ada_threshold: float = _setting(
-        DEFAULTS.ada_threshold, resume=True,
+        DEFAULTS.ada_threshold, resume=True, scope=ADAPTIVE_ONLY,
         help="mode reinforce_ada: a response is correct for the exit rules, the kept group's balance "
              "and the pool's baseline when its reward exceeds this (their positive_threshold: 0.7)")
 
@@ -252,7 +254,7 @@ def _inert_settings(mode: str, reward_coef: bool) -> set:
     if info.token_advantage is None:
         inert.add("zvp_alpha")
     if not info.adaptive_sampling:
-        inert |= {"ada_exit", "ada_round_size", "ada_budget", "ada_threshold"}
+        inert |= {f.name for f in fields(CopoSettings) if f.metadata["scope"] == ADAPTIVE_ONLY}
     return inert
 
 
@@ -268,13 +270,13 @@ def resume_record(args) -> Dict[str, Any]:
     return {"estimator": args.algo.advantage.estimator, **record, "mode": mode}
 
 
-def _given(args, scope: Optional[str] = None, names: Tuple[str, ...] = ()) -> List[str]:
-    """The `--copo.*` flags of ``scope`` (or named in ``names``) that the command line set away from their defaults
+def _given(args, scopes: Tuple[str, ...] = (), names: Tuple[str, ...] = ()) -> List[str]:
+    """The `--copo.*` flags of ``scopes`` (or named in ``names``) that the command line set away from their defaults
     (the parser's default is the field's: a flag given its default value changes nothing), each as it was given."""
     given = []
     for f in fields(CopoSettings):
         value = getattr(args.copo, f.name)
-        if (f.metadata["scope"] == scope or f.name in names) and value != f.default:
+        if (f.metadata["scope"] in scopes or f.name in names) and value != f.default:
             given.append(f"--copo.{f.name}" + ("" if f.metadata["kind"] is bool else f" {value}"))
     return given
 
@@ -298,14 +300,19 @@ def copo_problems(args) -> List[str]:
         estimator = args.algo.advantage.estimator
         return [f"{flag} is read by COPO's estimators only, and --advantage_estimator {estimator} is OpenRLHF's own, "
                 f"which would ignore it: drop it, or run one of COPO's estimators (GRPO through COPO's path: "
-                f"--advantage_estimator copo --copo.mode grpo)" for flag in _given(args, COPO_ONLY)] + \
-            eval_flag_problems(args)
+                f"--advantage_estimator copo --copo.mode grpo)"
+                for flag in _given(args, (COPO_ONLY, ADAPTIVE_ONLY))] + eval_flag_problems(args)
     problems = eval_flag_problems(args)
     try:
         info = mode_info(resolve_mode(args))
     except CopoConfigError as e:
         problems.append(str(e))
         info = None
+    if info is not None and not info.adaptive_sampling:
+        adaptive = ", ".join(m for m in modes() if mode_info(m).adaptive_sampling)
+        problems += [f"{flag} is read by the modes that sample adaptively ({adaptive}) only, and mode {info.name} "
+                     f"draws G responses per prompt once, so it would ignore it: drop it, or run one of those modes"
+                     for flag in _given(args, (ADAPTIVE_ONLY,))]
     if info is not None and info.std_fixed and args.copo.std not in (None, info.std):
         problems.append(f"--copo.std {args.copo.std}: mode {info.name} is defined by std {info.std}; drop --copo.std")
     if info is not None and info.token_advantage is not None and getattr(args.actor, "entropy_coef", None) is None:
@@ -412,7 +419,7 @@ def copo_warnings(args) -> List[str]:
     if not is_copo(args):
         estimator = args.algo.advantage.estimator
         warnings = [f"{flag} logs COPO's two loss terms; --advantage_estimator {estimator} (OpenRLHF's own) has none, "
-                    "so it logs nothing" for flag in _given(args, COPO_LOGS)]
+                    "so it logs nothing" for flag in _given(args, (COPO_LOGS,))]
         if estimator in modes():  # a COPO mode of the same name, not an estimator of ours (dr_grpo)
             warnings.append(f"--advantage_estimator {estimator} is OpenRLHF's own estimator; openrlhf_copo's mode of "
                             f"that name is --advantage_estimator copo --copo.mode {estimator}")

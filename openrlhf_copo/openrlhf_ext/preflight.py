@@ -5,15 +5,20 @@ from inside a Ray actor minutes later.
 - each local file of `--data.prompt_dataset` (and `--eval.dataset`) must exist; a local `.jsonl` / `.json`
   file must have the input key on every row and, with `--data.label_key`, a label on every row; with
   COPO, each distinct label must be one that math-verify can read (a label it cannot parse could only
-  ever score 0). Hub names (`org/name` that are not on disk) are left to OpenRLHF.
+  ever score 0). Hub names (`org/name` that are not on disk) are left to OpenRLHF;
+- under a mode that samples adaptively (Reinforce-Ada), `--copo.ada_threshold` must lie in the range of rewards the
+  reward file declares (`contract.REWARD_RANGE`); a file that declares none is checked at the first step instead
+  (`runtime_patches.adaptive_sampling.check_first_step`).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 from typing import Iterator, List, Optional, Tuple
 
+from openrlhf_copo.contract import REWARD_RANGE
 from openrlhf_copo.openrlhf_ext.config import is_copo
 from openrlhf_copo.files import jsonl_rows
 
@@ -93,9 +98,71 @@ def _check_labels(path: str, labels: List[Tuple[int, str]]) -> None:
                                  "score 0): fix or drop the row (prepare_data reports such rows)")
 
 
+def reward_file(args) -> Optional[str]:
+    """The Python reward file OpenRLHF's engines load (`--reward.remote_url` ending in .py, as its
+    SingleTurnAgentExecutor tells one), or None (an HTTP reward model, an agent function)."""
+    url = args.reward.remote_url
+    first = (url[0] if url else None) if isinstance(url, (list, tuple)) else url
+    return first if isinstance(first, str) and first.endswith(".py") else None
+
+
+def declared_reward_range(path: str) -> Optional[Tuple[float, float]]:
+    """The (least, greatest) reward a reward file declares at module level as ``REWARD_RANGE = (low, high)``
+    (`contract.REWARD_RANGE`), read from its source without running it (the driver does not import a user's reward
+    code: the engines do); None when it declares none."""
+    flag = f"--reward.remote_url {path}"
+    try:
+        with open(os.path.expanduser(path)) as f:
+            tree = ast.parse(f.read(), path)
+    except OSError as e:
+        raise PreflightError(f"{flag} cannot be read: {e.strerror or e}") from None
+    except SyntaxError as e:
+        raise PreflightError(f"{path}:{e.lineno}: not Python ({e.msg}), as {flag}") from None
+    for node in tree.body:
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
+        if not any(isinstance(t, ast.Name) and t.id == REWARD_RANGE for t in targets):
+            continue
+        try:
+            value = ast.literal_eval(node.value)
+        except (ValueError, TypeError, SyntaxError):  # not a literal (a name, a call), or no value at all
+            value = None
+        if (not isinstance(value, (tuple, list)) or len(value) != 2
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+                or not value[0] < value[1]):
+            raise PreflightError(f"{path}:{node.lineno}: {REWARD_RANGE} must be a literal pair of numbers (least "
+                                 f"reward, greatest reward), the least below the greatest, e.g. {REWARD_RANGE} = "
+                                 "(0.0, 1.0)")
+        return float(value[0]), float(value[1])
+    return None
+
+
+def check_ada_threshold(args) -> None:
+    """Under a mode that samples adaptively, `--copo.ada_threshold` within the rewards the reward file declares
+    (`declared_reward_range`): a response counts as correct when its reward exceeds the threshold, so at or above the
+    greatest reward none does, and below the least every one does. Either way no prompt's pool ever holds both kinds:
+    every prompt draws the whole budget, and its advantage is its reward less a constant (REINFORCE without a baseline,
+    at budget / G times GRPO's tokens). A reward file that declares no range is checked at the first step instead."""
+    from openrlhf_copo.openrlhf_ext.runtime_patches.adaptive_sampling import samples_adaptively
+
+    path = reward_file(args) if samples_adaptively(args) else None
+    declared = declared_reward_range(path) if path else None
+    if declared is None:
+        return
+    low, high = declared
+    threshold = args.copo.ada_threshold
+    if not low <= threshold < high:
+        counted = "no response" if threshold >= high else "every response"
+        raise PreflightError(
+            f"--copo.ada_threshold {threshold:g} is outside the rewards of {path} ({REWARD_RANGE} {low:g} to "
+            f"{high:g}): {counted} would count as correct, so every prompt would draw the whole --copo.ada_budget and "
+            f"train on its reward with no baseline; give a threshold in [{low:g}, {high:g})")
+
+
 def preflight(args) -> None:
     """Raise `PreflightError` for the first bad input of this run."""
     check_model(args)
+    check_ada_threshold(args)
     # labels must parse for a reward file of ours; an agent function (remote_url 'agent') scores its own way
     parse = is_copo(args) and bool(args.reward.remote_url) and not getattr(args.train, "agent_func_path", None)
     check_dataset("--data.prompt_dataset", args.data.prompt_dataset, args.data.input_key, args.data.label_key, parse)

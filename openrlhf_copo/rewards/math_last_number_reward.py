@@ -7,6 +7,10 @@ A response with no `\\boxed{}`, no "Answer:" and no "the answer is" answers with
 
 from openrlhf_copo.rewards.math_reward import score_responses
 
+#: The least and greatest reward `reward_func` returns (`contract.REWARD_RANGE`, a literal: the preflight reads the
+#: source).
+REWARD_RANGE = (0.0, 1.0)
+
 
 def reward_func(queries, prompts, labels, **kwargs):
     return score_responses(queries, prompts, labels, last_number=True)

@@ -39,6 +39,8 @@ logger = logging.getLogger("openrlhf_copo.rewards")
 
 #: The paper's format reward for base models: no answer / formatted but wrong / correct.
 FORMAT_REWARD = (0.0, 0.1, 1.0)
+#: The least and greatest reward `reward_func` returns (`contract.REWARD_RANGE`: the preflight reads it).
+REWARD_RANGE = (0.0, 1.0)
 
 
 def score_responses(

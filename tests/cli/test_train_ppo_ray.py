@@ -176,6 +176,75 @@ def test_preflight_passes_good_input(tmp_path, tiny_model_dir):
                                   "--data.label_key", "label", model=tiny_model_dir)))
 
 
+def ada_run(tmp_path, reward_source, *extra):
+    """The arguments of a Reinforce-Ada run scored by a reward file of ``reward_source`` (None: the shipped
+    math_reward.py), as OpenRLHF hands them to train (its remote_url split into a list)."""
+    from openrlhf_copo.cli.train_ppo_ray import load_args
+
+    argv = copo_argv("--advantage_estimator", "reinforce_ada", *extra)
+    if reward_source is not None:
+        reward = tmp_path / "my_reward.py"
+        reward.write_text(reward_source)
+        argv[argv.index("--reward.remote_url") + 1] = str(reward)
+    return load_args(argv)
+
+
+@pytest.mark.parametrize("threshold, counted", [("5", "no response"), ("1", "no response"), ("-0.5", "every response")])
+def test_preflight_refuses_a_threshold_outside_the_rewards_the_reward_file_declares(tmp_path, threshold, counted):
+    """--copo.ada_threshold 5 with 0/1 rewards: no response counts as correct, every prompt draws the whole budget and
+    trains on its reward with no baseline. Refused before the run, in one line naming the flag and the file, when the
+    reward file declares its range (contract.REWARD_RANGE, read from its source)."""
+    from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
+
+    args = ada_run(tmp_path, "REWARD_RANGE = (0.0, 1.0)\n", "--copo.ada_threshold", threshold)
+    with pytest.raises(PreflightError) as exc:
+        preflight(args)
+    assert str(exc.value) == (
+        f"--copo.ada_threshold {float(threshold):g} is outside the rewards of {tmp_path / 'my_reward.py'} "
+        f"(REWARD_RANGE 0 to 1): {counted} would count as correct, so every prompt would draw the whole "
+        "--copo.ada_budget and train on its reward with no baseline; give a threshold in [0, 1)")
+
+
+def test_preflight_accepts_a_threshold_in_range_or_a_reward_file_without_one(tmp_path):
+    from openrlhf_copo.openrlhf_ext.preflight import preflight
+
+    preflight(ada_run(tmp_path, None, "--copo.ada_threshold", "0"))  # the shipped math_reward.py: [0, 1)
+    preflight(ada_run(tmp_path, "REWARD_RANGE: tuple = (-1, 1)\n", "--copo.ada_threshold", "-1"))
+    preflight(ada_run(tmp_path, "def reward_func(q, p, l):\n    pass\n", "--copo.ada_threshold", "5"))  # first step
+    # a mode that samples once never reads the threshold (and a flag given there is refused before: copo_problems)
+    args = ada_run(tmp_path, "REWARD_RANGE = (0.0, 1.0)\n")
+    args.algo.advantage.estimator, args.copo.ada_threshold = "copo", 5.0
+    preflight(args)
+
+
+@pytest.mark.parametrize("source, reason", [
+    ("REWARD_RANGE = (1.0, 0.0)\n", "{f}:1: REWARD_RANGE must be a literal pair of numbers"),
+    ("import math\nREWARD_RANGE = (0, math.inf)\n", "{f}:2: REWARD_RANGE must be a literal pair of numbers"),
+    ("REWARD_RANGE = [0, 1, 2]\n", "{f}:1: REWARD_RANGE must be a literal pair of numbers"),
+    ("REWARD_RANGE: tuple\n", "{f}:1: REWARD_RANGE must be a literal pair of numbers"),
+    ("def reward_func(:\n", "{f}:1: not Python"),
+])
+def test_preflight_names_a_bad_reward_range_declaration(tmp_path, source, reason):
+    from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
+
+    with pytest.raises(PreflightError) as exc:
+        preflight(ada_run(tmp_path, source))
+    assert str(exc.value).startswith(reason.format(f=tmp_path / "my_reward.py")), str(exc.value)
+
+
+def test_the_shipped_reward_files_declare_the_rewards_they_give():
+    from openrlhf_copo.openrlhf_ext.preflight import declared_reward_range
+    from openrlhf_copo.rewards.math_reward import FORMAT_REWARD
+    from tests_support import REPO
+
+    rewards = REPO / "openrlhf_copo" / "rewards"
+    for name in ("math_reward.py", "math_last_number_reward.py"):
+        assert declared_reward_range(str(rewards / name)) == (0.0, 1.0)  # 0/1 correctness
+    assert declared_reward_range(str(rewards / "math_format_reward.py")) == (min(FORMAT_REWARD), max(FORMAT_REWARD))
+    for fixture in ("parity_reward.py", "uniform_reward.py", "recording_reward.py"):
+        assert declared_reward_range(str(REPO / "tests" / "fixtures" / fixture)) == (0.0, 1.0)
+
+
 def warnings_in(err: str) -> list:
     """The start-up warnings among stderr's lines (the regime line is not one)."""
     return [line for line in err.strip().splitlines() if "COPO regime" not in line]
@@ -393,6 +462,31 @@ def test_an_evaluation_flag_without_an_evaluation_is_refused_in_one_line(load_ar
     assert err == [f"python -m openrlhf_copo.cli.train_ppo_ray: error: {shown} changes the held-out evaluation, "
                    "which runs only with --eval.dataset: add --eval.dataset, or drop it"], err
     assert load_args(argv + extra + ["--eval.dataset", "held-out.jsonl"]).eval.dataset == "held-out.jsonl"
+
+
+@pytest.mark.parametrize("flag, value", [("--copo.ada_exit", "positive_focused"), ("--copo.ada_round_size", "4"),
+                                         ("--copo.ada_budget", "16"), ("--copo.ada_threshold", "0.5")])
+@pytest.mark.parametrize("mode, name", [([], "copo"), (["--copo.mode", "grpo"], "grpo"),
+                                        (["--advantage_estimator", "go_only"], "go_only")])
+def test_an_adaptive_sampling_flag_under_a_mode_that_samples_once_is_refused(load_args, capsys, flag, value, mode,
+                                                                              name):
+    """`--advantage_estimator copo --copo.ada_budget 16` trained COPO and drew G per prompt, saying nothing: the flag
+    is read by Reinforce-Ada's rounds only. Refused in one line naming it and the mode; given at its default, or under
+    a mode that samples adaptively, it is accepted."""
+    argv = copo_argv() + mode
+    with pytest.raises(SystemExit) as exc:
+        load_args(argv + [flag, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    shown = f"{flag} {float(value) if flag == '--copo.ada_threshold' else value}"
+    assert err == [f"python -m openrlhf_copo.cli.train_ppo_ray: error: {shown} is read by the modes that sample "
+                   f"adaptively (reinforce_ada, reinforce_ada_copo) only, and mode {name} "
+                   "draws G responses per prompt once, so it would ignore it: drop it, or run one of those modes"], err
+    default = {"--copo.ada_exit": "balanced", "--copo.ada_round_size": "8", "--copo.ada_budget": "32",
+               "--copo.ada_threshold": "0.7"}[flag]
+    load_args(argv + [flag, default])
+    for adaptive in ("reinforce_ada", "reinforce_ada_copo"):
+        assert load_args(copo_argv("--advantage_estimator", adaptive, flag, value)).algo.advantage.estimator == adaptive
 
 
 def test_an_abbreviated_flag_is_refused_not_taken_for_the_cpu_demo(monkeypatch, capsys):

@@ -1,9 +1,11 @@
 """End to end on the CPU: Reinforce-Ada (`--advantage_estimator reinforce_ada`, patch 11) through the real Ray
-pipeline (vLLM-CPU engine, the reward in the engine actor, DeepSpeed actor), as `python -m
+pipeline (vLLM-CPU engines, the reward in the engine actors, DeepSpeed actor), as `python -m
 openrlhf_copo.cli.train_ppo_ray` runs it. A reward file records every response it scores, so that the test sees
 the rounds themselves: their count and size against the logged metrics, and, under --copo.seeded_rollouts, a first
 round equal to that of a run of another method with the same seed, model and prompts: the first end-to-end run's
-(tests/e2e/conftest.py: COPO, whose rollout is OpenRLHF's own single round, as GRPO's is)."""
+(tests/e2e/conftest.py: COPO, whose rollout is OpenRLHF's own single round, as GRPO's is). The rounds run on two vLLM
+engines, as the two-node job's do (tests/e2e/test_two_nodes.py), against that run's one: OpenRLHF's dispatch spreads
+each round's prompts over both, and the seeded draws do not depend on which engine serves them."""
 
 import json
 import math
@@ -19,6 +21,8 @@ FIXTURES = REPO / "tests" / "fixtures"
 #: rounds of 4 up to 12 responses per prompt, for prompts of 2 x G = 4 per step
 ADA = ("--advantage_estimator", "reinforce_ada", "--copo.ada_round_size", "4", "--copo.ada_budget", "12",
        "--actor.eps_clip_low_high", "0.2", "0.28")
+#: two vLLM engines on the CPU path (a logical GPU slot each, next to the actor's)
+TWO_ENGINES = ("--vllm.num_engines", "2")
 COMMON = ("--ckpt.save_steps", "-1", "--ds.param_dtype", "fp32", "--copo.seeded_rollouts",
           "--reward.remote_url", str(FIXTURES / "recording_reward.py"))
 
@@ -54,7 +58,8 @@ def test_rounds_are_drawn_logged_and_start_with_the_first_round_of_another_metho
     base, model, data, first_dir = setup
     # the first run's --data.max_samples (the file's first rows), as many as it consumed: the same prompts in the same
     # order at the same seed
-    rows, ada, out = run(base, "ada", model, data, int(metrics(first_dir)[-1]["prompts_consumed"]), *ADA)
+    rows, ada, out = run(base, "ada", model, data, int(metrics(first_dir)[-1]["prompts_consumed"]), *ADA,
+                         *TWO_ENGINES)
     assert [r["step"] for r in rows] == [1, 2]
     # the first run's training draws (its held-out prompts are none of these): 2 steps of 2 prompts x G = 4
     first = [(p, r) for p, r in responses(first_dir / RECORDED_RESPONSES) if p in ada]
@@ -70,9 +75,13 @@ def test_rounds_are_drawn_logged_and_start_with_the_first_round_of_another_metho
         assert 0 <= row["copo_ada_resolved"] <= 1 and row["copo_ada_tokens"] >= row["copo_ada_tokens_first_round"] > 0
         assert (row["copo_ada_tokens"] > row["copo_ada_tokens_first_round"]) == (drawn[-1] > 4)
         assert math.isfinite(row["policy_loss"]) and row["copo_w_local"] == 1 and row["copo_w_global"] == 0
+        # both engines served the step's 2 prompts (one each: OpenRLHF balances by pending requests), and each
+        # engine's responses carry its own weight-sync logprob gap
+        assert row["copo_num_engines"] == 2 and all(
+            math.isfinite(row[f"copo_rollout_logprob_absdiff_engine{e}"]) for e in (0, 1)), row
     assert "openrlhf_copo: reinforce_ada: " in out.stderr
     # seeded rollouts: step 1's first round is the other method's step 1, response for response (both drew it from
-    # the start's weights); later rounds are new draws
+    # the start's weights, that run on one engine, this one on two); later rounds are new draws
     for prompt in step1:
         assert not Counter(r for p, r in first[:8] if p == prompt) - Counter(ada[prompt]), prompt
     # every draw has a seed of its own (a reused seed would repeat a response of the tiny random model)

@@ -13,6 +13,15 @@ Under a mode that samples adaptively (`core.Mode.adaptive_sampling`: ``reinforce
    correct count (`contract.ADA_DRAWN`, `ADA_DRAWN_CORRECT`) for the advantage's pool baseline
    (`core.ada_local_advantage`), and the step's cost (`ADA_ROUNDS`, `ADA_DRAWN_MAX`, `ADA_TOKENS`, ...) as metrics.
 
+A pool (`Pool`) holds counts of everything drawn for its prompt, and only the responses the selection can still take
+(`core.ada_keepable`): at most G per prompt at any time, not the whole budget (at 512 prompts, budget 32 and 4k-token
+responses the whole pools would be an estimated 1.6 GB in this process), with the same G kept.
+
+At the first step this process samples, a step where no response counted as correct stops the run
+(`check_first_step`): with a threshold above every reward the reward gives, every prompt would draw the whole budget
+and train on its reward with no baseline. The preflight refuses such a threshold before the run when the reward file
+declares its range (`preflight.check_ada_threshold`).
+
 The official code (RLHFlow/Reinforce-Ada, verl/trainer/ppo/ray_trainer.py `_generate_multi_round_adaptive_downsampling`)
 draws round_repeat responses in its first round too; here the first round is the normal rollout's G, so that the
 first round is GRPO's (with G = round size the two are the same). Evaluation and every other mode call the original.
@@ -28,11 +37,13 @@ from typing import Dict, List
 import torch
 
 from openrlhf_copo.contract import (ADA_DRAWN, ADA_DRAWN_CORRECT, ADA_DRAWN_MAX, ADA_RESOLVED, ADA_ROUNDS, ADA_TOKENS,
-                                    ADA_TOKENS_FIRST_ROUND)
-from openrlhf_copo.core import ada_resolved, ada_select, mode_info
+                                    ADA_TOKENS_FIRST_ROUND, REWARD_RANGE)
+from openrlhf_copo.core import ada_keepable, ada_resolved, ada_select, mode_info
 from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
 
 _MODULE = "openrlhf.trainer.ppo_utils.samples_generator"
+#: Set on a `SamplesGenerator` once `check_first_step` has run on its first training rollout.
+_FIRST_STEP_CHECKED = "_copo_ada_first_step_checked"
 
 
 def samples_adaptively(args) -> bool:
@@ -42,60 +53,12 @@ def samples_adaptively(args) -> bool:
     return is_copo(args) and mode_info(resolve_mode(args)).adaptive_sampling
 
 
-def pools_by_prompt(experiences: List, G: int) -> List[List]:
-    """The first round's responses as one pool per prompt: OpenRLHF's `_generate_vllm` appends each prompt's G
-    responses together (one engine call per prompt), so they come in runs of G that share a prompt."""
-    if len(experiences) % G:
-        raise RuntimeError(f"reinforce_ada: {len(experiences)} responses in the first round, not a multiple of G = {G}")
-    pools = [experiences[k:k + G] for k in range(0, len(experiences), G)]
-    for k, pool in enumerate(pools):
-        if len({(e.prompts[0], e.labels[0]) for e in pool}) != 1:
-            raise RuntimeError(f"reinforce_ada: the first round's group {k} holds responses to different prompts")
-    return pools
-
-
-def is_correct(experience, threshold: float) -> bool:
-    """A response is correct when its reward exceeds the threshold (the official code's positive_threshold)."""
+def reward_of(experience) -> float:
+    """A response's reward, scored in the engine as it was sampled."""
     if experience.rewards is None:
         raise RuntimeError("reinforce_ada needs each response's reward when it is sampled (a reward function, "
                            "--reward.remote_url), not a reward model scored after the rollout")
-    return float(experience.rewards.reshape(-1)[0]) > threshold
-
-
-def pool_counts(pool: List, threshold: float):
-    """(correct, incorrect) responses in a pool."""
-    correct = sum(is_correct(e, threshold) for e in pool)
-    return correct, len(pool) - correct
-
-
-def open_prompts(pools: List[List], G: int, settings) -> Dict[int, int]:
-    """{pool index: responses to draw for it next round}: every prompt not yet resolved and under the budget."""
-    wanted = {}
-    for k, pool in enumerate(pools):
-        left = settings.ada_budget - len(pool)
-        if left > 0 and not ada_resolved(*pool_counts(pool, settings.ada_threshold), G, settings.ada_exit):
-            wanted[k] = min(settings.ada_round_size, left)
-    return wanted
-
-
-def draw_round(generator, pools: List[List], wanted: Dict[int, int], generate_kwargs) -> None:
-    """One more round: ``wanted[k]`` responses for pool k, through OpenRLHF's dispatch (one call per round size, so
-    the engines get every request of the round at once), appended to each pool in draw order."""
-    import ray
-
-    by_size = defaultdict(list)
-    for k, size in wanted.items():
-        by_size[size].append(k)
-    calls = []
-    for size, ks in by_size.items():
-        first = [pools[k][0] for k in ks]
-        refs = generator._dispatch_prompts_to_vllm([e.prompts[0] for e in first], [e.labels[0] for e in first],
-                                                   images=[e.images[0] for e in first],
-                                                   **{**generate_kwargs, "n_samples_per_prompt": size})
-        calls.append((ks, refs))
-    for ks, refs in calls:
-        for k, responses in zip(ks, ray.get(refs)):
-            pools[k].extend(generator._process_response_into_experience(r, **generate_kwargs) for r in responses)
+    return float(experience.rewards.reshape(-1)[0])
 
 
 def tokens(experiences) -> int:
@@ -103,37 +66,149 @@ def tokens(experiences) -> int:
     return int(sum(int(e.response_length.sum()) for e in experiences))
 
 
-def keep_groups(pools: List[List], G: int, settings, rounds: int) -> List:
-    """G responses per prompt (`core.ada_select`), in prompt order, each with its pool's statistics; the step's cost
+class Pool:
+    """One prompt's responses drawn so far, as the selection needs them: counts of every one (drawn, correct, tokens,
+    the greatest reward), and the responses themselves only while `core.ada_select` can still take them: the first of
+    each kind in draw order, as many as `core.ada_keepable` allows for the counts so far, which is at most G in all.
+    Why: every response drawn past those is never trained on, and keeping the whole budget per prompt until selection
+    is what the memory of a step would otherwise grow with.
+
+    ``prompt``, ``label`` and ``image`` are the first response's: what the next round sends to the engines."""
+
+    def __init__(self, first, G: int, threshold: float):
+        self.prompt, self.label, self.image = first.prompts[0], first.labels[0], first.images[0]
+        self.G, self.threshold = G, threshold
+        self.kept: List = []  # (experience, correct), in draw order
+        self.drawn = self.correct = self.tokens = 0
+        self.greatest_reward = float("-inf")
+
+    @property
+    def incorrect(self) -> int:
+        return self.drawn - self.correct
+
+    def add(self, experience) -> None:
+        """Count one more response (the next in draw order), keep it if the selection can still take it, and let go of
+        the kept ones it no longer can. It is correct when its reward exceeds the threshold (the official code's
+        positive_threshold)."""
+        reward = reward_of(experience)
+        correct = reward > self.threshold
+        self.drawn += 1
+        self.correct += correct
+        self.tokens += tokens([experience])
+        self.greatest_reward = max(self.greatest_reward, reward)
+        self.kept.append((experience, correct))
+        most = dict(zip((True, False), ada_keepable(self.correct, self.incorrect, self.G)))
+        taken = {True: 0, False: 0}
+        kept = []
+        for e, c in self.kept:
+            if taken[c] < most[c]:
+                taken[c] += 1
+                kept.append((e, c))
+        self.kept = kept
+
+    def select(self) -> List:
+        """The G responses that train (`core.ada_select` on what was kept, with the whole pool's counts)."""
+        return [self.kept[i][0] for i in ada_select([c for _, c in self.kept], self.G, self.correct, self.incorrect)]
+
+
+def pools_by_prompt(experiences: List, G: int, threshold: float) -> List[Pool]:
+    """The first round's responses as one pool per prompt: OpenRLHF's `_generate_vllm` appends each prompt's G
+    responses together (one engine call per prompt), so they come in runs of G that share a prompt."""
+    if len(experiences) % G:
+        raise RuntimeError(f"reinforce_ada: {len(experiences)} responses in the first round, not a multiple of G = {G}")
+    pools = []
+    for k in range(0, len(experiences), G):
+        group = experiences[k:k + G]
+        if len({(e.prompts[0], e.labels[0]) for e in group}) != 1:
+            raise RuntimeError(f"reinforce_ada: the first round's group {k // G} holds responses to different prompts")
+        pool = Pool(group[0], G, threshold)
+        for e in group:
+            pool.add(e)
+        pools.append(pool)
+    return pools
+
+
+def open_prompts(pools: List[Pool], G: int, settings) -> Dict[int, int]:
+    """{pool index: responses to draw for it next round}: every prompt not yet resolved and under the budget."""
+    wanted = {}
+    for k, pool in enumerate(pools):
+        left = settings.ada_budget - pool.drawn
+        if left > 0 and not ada_resolved(pool.correct, pool.incorrect, G, settings.ada_exit):
+            wanted[k] = min(settings.ada_round_size, left)
+    return wanted
+
+
+def draw_round(generator, pools: List[Pool], wanted: Dict[int, int], generate_kwargs) -> None:
+    """One more round: ``wanted[k]`` responses for pool k, through OpenRLHF's dispatch (one call per round size, so
+    the engines get every request of the round at once), added to each pool in draw order."""
+    import ray
+
+    by_size = defaultdict(list)
+    for k, size in wanted.items():
+        by_size[size].append(k)
+    calls = []
+    for size, ks in by_size.items():
+        refs = generator._dispatch_prompts_to_vllm([pools[k].prompt for k in ks], [pools[k].label for k in ks],
+                                                   images=[pools[k].image for k in ks],
+                                                   **{**generate_kwargs, "n_samples_per_prompt": size})
+        calls.append((ks, refs))
+    for ks, refs in calls:
+        for k, responses in zip(ks, ray.get(refs)):
+            for r in responses:
+                pools[k].add(generator._process_response_into_experience(r, **generate_kwargs))
+
+
+def check_first_step(pools: List[Pool], settings) -> None:
+    """Stop the run (one line) when no response of a step counted as correct: no pool then holds both kinds, so every
+    prompt drew the whole budget, and each trains on its reward with the baseline 0 (REINFORCE without a baseline: a
+    threshold above every reward the reward function gives, as 5 with 0/1 rewards), or, where every reward is 0,
+    trains on nothing, and the next step draws from the same policy. Run on the first step only: later, a step like
+    that is a hard batch, not a setting."""
+    if any(pool.correct for pool in pools):
+        return
+    from openrlhf_copo.openrlhf_ext.config import CopoConfigError
+
+    greatest = max(pool.greatest_reward for pool in pools)
+    raise CopoConfigError(
+        f"reinforce_ada: no response of the first step had a reward above --copo.ada_threshold "
+        f"{settings.ada_threshold:g} (greatest: {greatest:g}): every prompt drew its whole --copo.ada_budget "
+        f"{settings.ada_budget} and would train on its reward with no baseline; set the threshold within the reward's "
+        f"range ({REWARD_RANGE} in the reward file checks it at start)")
+
+
+def keep_groups(pools: List[Pool], G: int, settings, rounds: int, first_round_tokens: int) -> List:
+    """G responses per prompt (`Pool.select`), in prompt order, each with its pool's statistics; the step's cost
     on every one (OpenRLHF averages `info` into its logs: a constant is logged as is)."""
-    first_round = [e for pool in pools for e in pool[:G]]
-    step = {ADA_ROUNDS: rounds, ADA_DRAWN_MAX: max(len(p) for p in pools),
-            ADA_TOKENS: sum(tokens(p) for p in pools), ADA_TOKENS_FIRST_ROUND: tokens(first_round)}
+    step = {ADA_ROUNDS: rounds, ADA_DRAWN_MAX: max(p.drawn for p in pools),
+            ADA_TOKENS: sum(p.tokens for p in pools), ADA_TOKENS_FIRST_ROUND: first_round_tokens}
     kept = []
     for pool in pools:
-        correct = [is_correct(e, settings.ada_threshold) for e in pool]
-        resolved = ada_resolved(sum(correct), len(pool) - sum(correct), G, settings.ada_exit)
-        for i in ada_select(correct, G):
-            e = pool[i]
-            e.info[ADA_DRAWN] = torch.tensor([float(len(pool))])
-            e.info[ADA_DRAWN_CORRECT] = torch.tensor([float(sum(correct))])
+        resolved = ada_resolved(pool.correct, pool.incorrect, G, settings.ada_exit)
+        for e in pool.select():
+            e.info[ADA_DRAWN] = torch.tensor([float(pool.drawn)])
+            e.info[ADA_DRAWN_CORRECT] = torch.tensor([float(pool.correct)])
             e.info[ADA_RESOLVED] = torch.tensor([float(resolved)])
             for key, value in step.items():
                 e.info[key] = torch.tensor([float(value)])
             kept.append(e)
-    drawn = [len(p) for p in pools]
+    drawn = [p.drawn for p in pools]
     resolved = sum(float(e.info[ADA_RESOLVED]) for e in kept) / G
     print(f"openrlhf_copo: reinforce_ada: {rounds} round(s); responses drawn per prompt: mean "
-          f"{sum(drawn) / len(drawn):.3g}, max {max(drawn)}; {resolved:g} of {len(pools)} prompts resolved; {step[ADA_TOKENS]} tokens generated "
-          f"({step[ADA_TOKENS_FIRST_ROUND]} in the first round)", file=sys.stderr, flush=True)
+          f"{sum(drawn) / len(drawn):.3g}, max {max(drawn)}; {resolved:g} of {len(pools)} prompts resolved; "
+          f"{step[ADA_TOKENS]} tokens generated ({step[ADA_TOKENS_FIRST_ROUND]} in the first round)",
+          file=sys.stderr, flush=True)
     return kept
 
 
 def resample(generator, experiences: List, generate_kwargs) -> List:
-    """Rounds 2.. for the unresolved prompts of a first round, then G kept per prompt (the module's docstring)."""
+    """Rounds 2.. for the unresolved prompts of a first round, then G kept per prompt (the module's docstring).
+    Takes ``experiences``, the first round's list, over: it is emptied once its responses are in their pools, so that
+    those no pool keeps are let go of (the caller holds the list during the call)."""
     args = generator.args
     G = generate_kwargs.get("n_samples_per_prompt", args.rollout.n_samples_per_prompt)
-    pools = pools_by_prompt(experiences, G)
+    first_round_tokens = tokens(experiences)
+    pools = pools_by_prompt(experiences, G, args.copo.ada_threshold)
+    experiences.clear()
     rounds = 1
     while True:
         wanted = open_prompts(pools, G, args.copo)
@@ -141,7 +216,10 @@ def resample(generator, experiences: List, generate_kwargs) -> List:
             break
         draw_round(generator, pools, wanted, generate_kwargs)
         rounds += 1
-    return keep_groups(pools, G, args.copo, rounds)
+    if not getattr(generator, _FIRST_STEP_CHECKED, False):
+        setattr(generator, _FIRST_STEP_CHECKED, True)
+        check_first_step(pools, args.copo)
+    return keep_groups(pools, G, args.copo, rounds, first_round_tokens)
 
 
 def apply_adaptive_sampling() -> None:
