@@ -38,7 +38,8 @@ def test_the_pythonwarnings_entry_joins_the_users_own_once():
     environ = {"PYTHONWARNINGS": "error::DeprecationWarning"}
     noise.silence_pynvml_deprecation(environ)
     noise.silence_pynvml_deprecation(environ)
-    assert environ["PYTHONWARNINGS"] == "error::DeprecationWarning,ignore:The pynvml package is deprecated:FutureWarning"
+    assert environ["PYTHONWARNINGS"] == ("error::DeprecationWarning,"
+                                         "ignore:The pynvml package is deprecated:FutureWarning")
     empty = {}
     noise.silence_pynvml_deprecation(empty)
     assert empty["PYTHONWARNINGS"] == noise.PYTHONWARNINGS_ENTRY

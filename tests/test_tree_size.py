@@ -44,5 +44,6 @@ def test_the_tracked_tree_leaves_the_gpu_bundle_its_room_in_one_device_call():
 def test_no_committed_finished_run_keeps_a_plain_log():
     """A finished run's log is committed compact (train.log.gz, `files.compact_finished_run`), never as the plain
     train.log: 22 MB of the 29.8 MiB tree were such logs, mostly progress-bar redraws."""
-    plain = [p.relative_to(REPO) for p in tracked_files() if p.name == "train.log" and (p.parent / "done.json").exists()]
+    plain = [p.relative_to(REPO) for p in tracked_files()
+             if p.name == "train.log" and (p.parent / "done.json").exists()]
     assert not plain, f"finished runs committed with a plain train.log: {plain[:5]} (run scripts/compact_results.py)"
