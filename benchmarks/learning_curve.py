@@ -422,6 +422,8 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from openrlhf_copo.files import save_figure
+
     fig, grid = plt.subplots(2, 3, figsize=(15, 8.4))
     axes = grid.flatten()
     for i, method in enumerate(result["table"]):
@@ -454,7 +456,7 @@ def plot(result: dict, path: Path) -> None:
         if ax.lines:
             ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -476,6 +478,7 @@ def main(argv=None) -> int:
 
     from openrlhf_copo.cpu_demo.data import make_arithmetic_prompts
     from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct
+    from openrlhf_copo.files import write_json
 
     if _cuda():
         print("note: a GPU is present; this benchmark is the CPU setting and runs on the CPU path only without one",
@@ -508,7 +511,7 @@ def main(argv=None) -> int:
                            "methods": {m: METHODS[m] + PAIRED for m in args.methods}},
               "environment": environment(), **summarize(args, infos)}
     result["settings"]["machine_hours"] = round(sum(i["wall_seconds"] for i in infos) / 3600, 2)
-    (args.out.parent / "learning_curve.json").write_text(json.dumps(result, indent=1))
+    write_json(args.out.parent / "learning_curve.json", result)
     (args.out.parent / "learning_curve.md").write_text(markdown(result))
     plot(result, args.out.parent / "learning_curve.png")
     print(markdown(result))

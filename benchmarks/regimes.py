@@ -119,8 +119,8 @@ def plateau_start(episodes: int = PLATEAU_EPISODES, seed: int = 0, record: Path 
     setting.extra += ["--train.num_episodes", str(episodes), "--ckpt.output_dir", str(model)]
     compare.run_one(setting, "grpo", seed, work, step0=True)
     if not (model / "config.json").exists():
-        raise SystemExit(f"the plateau start run finished without its final model in {model}: see "
-                         f"{work / f'grpo-seed{seed}' / 'train.log'}")
+        raise SystemExit(f"the plateau start run finished without its final model in {model}: see its log in "
+                         f"{work / f'grpo-seed{seed}'} (train.log, compacted to train.log.gz once a run finishes)")
     if record is not None:
         # the first start recorded keeps the folder; a start regenerated elsewhere that came out other weights (runs
         # record theirs: `compare.start_fingerprint`) goes beside it, under its fingerprint
@@ -459,6 +459,8 @@ def plot(results: Dict[str, dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from openrlhf_copo.files import save_figure
+
     fig, grid = plt.subplots(len(results), 3, figsize=(16, 3.6 * len(results)), squeeze=False)
     for row, (regime, res) in zip(grid, results.items()):
         ax = row[0]
@@ -496,7 +498,7 @@ def plot(results: Dict[str, dict], path: Path) -> None:
             ax.grid(alpha=0.3)
         row[2].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 
@@ -543,6 +545,8 @@ def plot_start_curve(curve: List[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from openrlhf_copo.files import save_figure
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
     steps = [c["step"] for c in curve]
     left.errorbar(steps, [c["greedy"] for c in curve], yerr=[1.96 * c["greedy_se"] for c in curve], marker="o",
@@ -556,13 +560,15 @@ def plot_start_curve(curve: List[dict], path: Path) -> None:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 
 def report() -> Dict[str, dict]:
     """regimes.md (per regime the tool's table, then the which-method-when table), regimes.json and regimes.png; the
     README's copy of the which-method-when table."""
+    from openrlhf_copo.files import write_json
+
     results = collect()
     if not results:
         raise SystemExit(f"no regime has a finished GRPO run (under {RESULTS} and the learning-curve results)")
@@ -589,7 +595,7 @@ def report() -> Dict[str, dict]:
                  "start_sha256 began from it)", "", start_curve_markdown(start_curve(again)), ""]
 
     (RESULTS.parent / "regimes.md").write_text("\n".join(text))
-    (RESULTS.parent / "regimes.json").write_text(json.dumps(results, indent=1))
+    write_json(RESULTS.parent / "regimes.json", results)
     plot(results, RESULTS.parent / "regimes.png")
     print("\n".join(text))
     return results

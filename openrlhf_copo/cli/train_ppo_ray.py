@@ -11,7 +11,8 @@ Two entry points, each read top to bottom; which steps each runs is `driver.STEP
   Every other flag keeps OpenRLHF's meaning; flags are written whole (OpenRLHF's parser would also take an
   abbreviation, which the demo's "no model given" and the example scripts, reading the command line as written,
   would not see). Over a fork carrying patches/ it runs the same way (the fork's main block hands over its args;
-  see `driver`).
+  see `driver`). `--copo.help` prints COPO's flags alone (`config.copo_help`) before any of this: OpenRLHF is not
+  imported for it.
 - `load_args`: the same arguments, with the checks on the arguments alone (`driver.ARGUMENT_CHECKS`); nothing is
   written or patched, and nothing trains.
 """
@@ -51,6 +52,11 @@ def load_args(argv: List[str]):
 
 def main(argv: Optional[List[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
+    from openrlhf_copo.openrlhf_ext.config import COPO_HELP, copo_help
+
+    if COPO_HELP in argv:  # answered before OpenRLHF's parser is built (importing OpenRLHF takes seconds)
+        print(copo_help(PROG), end="")
+        raise SystemExit(0)
     from openrlhf_copo.cpu_demo import job
     from openrlhf_copo.openrlhf_ext import driver
 

@@ -26,7 +26,7 @@ from openrlhf_copo.compare.methods import METHODS, method_record, stops_early
 from openrlhf_copo.compare.prompts import prompt_plan, train_file
 from openrlhf_copo.compare.provenance import SCHEMA, check_finished_run, content_of, environment, is_finished
 from openrlhf_copo.compare.setting import Setting, due_evaluations, run_dir, settings_of, sweep
-from openrlhf_copo.files import atomic_path, write_atomic
+from openrlhf_copo.files import atomic_path, compact_finished_run, write_atomic
 
 
 class RunFailed(SystemExit):
@@ -177,6 +177,7 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
         tmp.write_text(json.dumps(info))
     shutil.rmtree(directory / "scratch", ignore_errors=True)  # only now: a failed run keeps its checkpoints
     (directory / FAILED).unlink(missing_ok=True)
+    compact_finished_run(directory)  # its log gzipped, progress-bar redraws dropped: the committed tree stays small
     return info
 
 

@@ -205,9 +205,29 @@ class CopoSettings:
         return cls(**{f.name: getattr(args.copo, f.name) for f in fields(cls)})
 
 
+#: The flag that prints COPO's flags alone (`copo_help`): the CLI answers it before it imports OpenRLHF.
+COPO_HELP = "--copo.help"
+#: The title of the `--copo.*` flags' section in --help.
+COPO_GROUP = "COPO (openrlhf_copo)"
+
+
+class _CopoHelpAction(argparse.Action):
+    """`--copo.help` as a flag of any parser with COPO's flags (OpenRLHF's, a fork's): prints `copo_help` and exits,
+    as `--help` prints the whole help. Sets nothing in the parsed args."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(copo_help(parser.prog), end="")
+        parser.exit()
+
+
 def add_copo_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `--copo.*` flags, in OpenRLHF's dotted style, from `CopoSettings`."""
-    g = parser.add_argument_group("COPO (openrlhf_copo)")
+    """The `--copo.*` flags, in OpenRLHF's dotted style, from `CopoSettings`, after `--copo.help`."""
+    g = parser.add_argument_group(COPO_GROUP)
+    g.add_argument(COPO_HELP, action=_CopoHelpAction,
+                   help="show only COPO's flags (these, and the estimators) and exit, without OpenRLHF's")
     for f in fields(CopoSettings):
         m = f.metadata
         if m["kind"] is bool:
@@ -522,8 +542,30 @@ def estimator_action(parser: argparse.ArgumentParser) -> Optional[argparse.Actio
     return parser._option_string_actions.get("--algo.advantage.estimator")
 
 
+def _estimators_help(estimators) -> str:
+    return "; COPO: " + ", ".join(estimators) + " (openrlhf_copo)"
+
+
+def copo_help(prog: str) -> str:
+    """`--copo.help`: COPO's flags alone, each with its help and default as --help shows it (`add_copo_arguments`,
+    the same code), and COPO's estimators; a few dozen lines instead of --help's ~680, and without importing
+    OpenRLHF (the CLI answers it first)."""
+    p = argparse.ArgumentParser(
+        prog=prog, add_help=False, usage=f"%(prog)s --advantage_estimator ESTIMATOR [--copo.* flags] "
+                                         "[OpenRLHF's train_ppo_ray flags]",
+        description="COPO's flags of OpenRLHF's train_ppo_ray. Every other flag is OpenRLHF's, with its meaning "
+                    "(--help lists them all). On the CPU path --ds.param_dtype also takes fp32.")
+    g = p.add_argument_group("the estimator (OpenRLHF's flag, with COPO's estimators)")
+    g.add_argument("--advantage_estimator", "--algo.advantage.estimator", metavar="ESTIMATOR",
+                   help="OpenRLHF's estimators (gae, group_norm, ...: --help lists them)"
+                        + _estimators_help(copo_estimators()))
+    add_copo_arguments(p)
+    return p.format_help()
+
+
 def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
-    """Make COPO part of OpenRLHF's parser: estimator choices, the short alias, the COPO flags."""
+    """Make COPO part of OpenRLHF's parser: estimator choices, the short alias, the COPO flags, listed first in --help
+    (after a usage line and a description that name `--copo.help`; OpenRLHF's own flags follow as they are)."""
     action = estimator_action(parser)
     if action is None:
         raise RuntimeError("openrlhf's train_ppo_ray parser has no --algo.advantage.estimator: the CLI moved")
@@ -531,7 +573,7 @@ def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
         return
     estimators = copo_estimators()
     action.choices = list(action.choices) + [e for e in estimators if e not in action.choices]
-    action.help = (action.help or "") + "; COPO: " + ", ".join(estimators) + " (openrlhf_copo)"
+    action.help = (action.help or "") + _estimators_help(estimators)
     action.metavar = "ESTIMATOR"  # the choices are listed in the help text, not three times over
     # `--advantage_estimator` (OpenRLHF's pre-0.10.2 spelling) and `--advantage-estimator` are
     # the same action, so they accept every estimator and show together in --help.
@@ -539,3 +581,13 @@ def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
         action.option_strings.append(alias)
         parser._option_string_actions[alias] = action
     add_copo_arguments(parser)
+    # --help's first screen: argparse's generated usage lists all ~200 flags (190 lines), and COPO's section would
+    # come last, after OpenRLHF's ~500 lines. So a short usage, a description naming --copo.help, COPO's section first.
+    parser.usage = (f"%(prog)s [-h] [{COPO_HELP}] [--advantage_estimator ESTIMATOR] [--copo.* flags] "
+                    "[OpenRLHF's train_ppo_ray flags]")
+    parser.description = ("OpenRLHF's train_ppo_ray with COPO's advantage estimators (openrlhf_copo). COPO's flags "
+                          f"come first below; {COPO_HELP} lists them alone. Every other flag is OpenRLHF's, with its "
+                          "meaning." + (f" {parser.description}" if parser.description else ""))
+    copo_group = next(g for g in parser._action_groups if g.title == COPO_GROUP)
+    parser._action_groups.remove(copo_group)
+    parser._action_groups.insert(parser._action_groups.index(parser._optionals), copo_group)

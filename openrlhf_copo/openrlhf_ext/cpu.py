@@ -124,6 +124,9 @@ def loopback_env() -> dict:
         "VLLM_HOST_IP": "127.0.0.1",
         **vllm_cpu_env(),
         "TOKENIZERS_PARALLELISM": "false",
+        # DeepSpeed's accelerator, decided here rather than guessed on import (the guess prints a warning in every
+        # process: `openrlhf_copo.noise`).
+        "DS_ACCELERATOR": "cpu",
         # Ray sets OMP_NUM_THREADS=1 in an actor that asks for one CPU, as OpenRLHF's do: torch would train
         # on one core. The pipeline's phases take turns (generate, score, train), so each may use them all.
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(len(os.sched_getaffinity(0))),

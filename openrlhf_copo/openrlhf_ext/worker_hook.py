@@ -6,14 +6,16 @@ GPUs of the actor that process will host. Anything that initialises CUDA there (
 on import) fixes the process's view of the GPUs too early: an actor given GPU 1 would see GPU 0,
 and on a multi-GPU node OpenRLHF's actors would pile onto one GPU.
 
-So this module imports nothing but the standard library, and the hook does two things only:
+So this module imports nothing but the standard library, and the hook does these things only:
 
-1. registers a post-import hook: when the actor itself first imports one of OpenRLHF's patched
+1. silences pynvml's deprecation warning in the worker and the processes it starts (`openrlhf_copo.noise`, standard
+   library only): a worker of a cluster joined from elsewhere did not inherit the driver's filter;
+2. registers a post-import hook: when the actor itself first imports one of OpenRLHF's patched
    modules (by then Ray has narrowed its GPUs, and OpenRLHF's own imports touch CUDA anyway), the
    COPO patch for that module is installed right after the module has run (`runtime_patches/`);
-2. on a CPU run, which the driver chose and announced in `OPENRLHF_COPO_CPU=1` (no CUDA to
+3. on a CPU run, which the driver chose and announced in `OPENRLHF_COPO_CPU=1` (no CUDA to
    touch there), installs the CPU device path (`cpu.py`). No CUDA query decides anything here;
-3. rewrites a `TORCH_CUDA_ARCH_LIST` that DeepSpeed cannot parse (`deepspeed_arch_list`), before the actor's
+4. rewrites a `TORCH_CUDA_ARCH_LIST` that DeepSpeed cannot parse (`deepspeed_arch_list`), before the actor's
    DeepSpeed JIT-builds its fused Adam.
 """
 
@@ -26,6 +28,7 @@ import sys
 import threading
 
 from openrlhf_copo.contract import CPU_ENV, RAY_WORKER_SETUP_HOOK
+from openrlhf_copo.noise import silence_pynvml_deprecation
 
 #: Module -> the function of `openrlhf_copo.openrlhf_ext.runtime_patches` that patches it once it is loaded.
 POST_IMPORT_PATCHES = {
@@ -111,6 +114,7 @@ def deepspeed_arch_list(environ=os.environ) -> None:
 
 def ray_worker_setup() -> None:
     """Ray `worker_process_setup_hook`: runs in every Ray worker process before its first task."""
+    silence_pynvml_deprecation()
     install_post_import_patches()
     deepspeed_arch_list()
     if os.environ.get(CPU_ENV) == "1":

@@ -1,5 +1,7 @@
 """The entry point: OpenRLHF's parser with COPO's flags, the alias, and one-line refusals."""
 
+import os
+import re
 import subprocess
 import sys
 
@@ -27,6 +29,60 @@ def test_help_shows_alias_and_copo_flags(capfd):
                   "(default: None)", "(default: off)", "(default: 0.5)"):
         assert shown in flat, shown
     assert flat.count("(default: ") >= 23
+
+
+#: The two lines every command printed before `openrlhf_copo.noise` (pynvml's FutureWarning, DeepSpeed's CPU guess).
+NOISE = ("The pynvml package is deprecated", "Setting accelerator to CPU")
+
+
+def test_help_opens_with_copo_and_prints_no_noise():
+    """`--help` as a user runs it, in a fresh Python: its first screen is a usage line, a description naming
+    --copo.help and COPO's section, before OpenRLHF's ~500 lines (argparse's generated usage alone was 190 lines, and
+    COPO's flags started at line 514); neither pynvml's deprecation warning nor DeepSpeed's CPU guess is printed."""
+    out = subprocess.run([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", "--help"], capture_output=True,
+                         text=True, timeout=300, env={k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    first_screen = "\n".join(lines[:24])
+    assert lines[0].startswith("usage: python -m openrlhf_copo.cli.train_ppo_ray [-h] [--copo.help]")
+    assert "--copo.help lists them alone" in " ".join(first_screen.split())
+    assert "COPO (openrlhf_copo):" in first_screen and "--copo.gamma" in first_screen
+    assert lines.index("COPO (openrlhf_copo):") < lines.index("options:")
+    assert "--rollout.n_samples_per_prompt" in out.stdout  # OpenRLHF's flags follow, as they are
+    for line in NOISE:
+        assert line not in out.stdout + out.stderr, line
+
+
+COPO_HELP_RUN = """
+import runpy, sys
+sys.argv = ["train_ppo_ray", "--copo.help"]
+try:
+    runpy.run_module("openrlhf_copo.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    print("exit", e.code, sorted({m.split(".")[0] for m in sys.modules} & {"openrlhf", "deepspeed", "ray", "vllm"}))
+"""
+
+
+def test_copo_help_lists_every_copo_flag_of_the_parser_without_importing_openrlhf():
+    """`--copo.help` lists each `--copo.*` flag of the CLI's whole parser (read from that parser, not from a list
+    kept here) with its help and default, and the estimators, in a fresh Python that imports none of OpenRLHF,
+    DeepSpeed, Ray or vLLM; nothing on stderr."""
+    from openrlhf_copo.openrlhf_ext import driver
+    from openrlhf_copo.openrlhf_ext.config import copo_estimators
+
+    parser = driver.openrlhf_parser_namespace()[1]["parser"]
+    flags = sorted({o for a in parser._actions for o in a.option_strings if o.startswith("--copo.")})
+    out = subprocess.run([sys.executable, "-c", COPO_HELP_RUN], capture_output=True, text=True, timeout=300,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"})
+    assert out.stdout.strip().splitlines()[-1] == "exit 0 []", out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.stderr == ""
+    text = out.stdout
+    listed = set(re.findall(r"^  (--copo\.\w+)", text, flags=re.M))
+    assert len(flags) > 25 and listed == set(flags)
+    flat = " ".join(text.split())
+    assert "(paper's best: 20; released script: 5) (default: 20.0)" in flat
+    assert ", ".join(copo_estimators()) in flat
+    assert "--rollout.n_samples_per_prompt" not in text  # OpenRLHF's flags: --help
 
 
 def test_paper_defaults(load_args):

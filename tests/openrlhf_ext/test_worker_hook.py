@@ -45,6 +45,8 @@ from openrlhf_copo.openrlhf_ext import cpu, runtime_patches
 assert torch.cuda.current_device() == torch.device("cpu")  # the CPU path, chosen by the driver's variable
 import openrlhf.trainer.ray.ppo_actor  # noqa: F401
 assert runtime_patches.is_applied()
+from deepspeed.accelerator import get_accelerator
+assert get_accelerator().device_name() == "cpu"
 print("ok")
 """
 
@@ -57,20 +59,32 @@ print("ok")
 """
 
 
+#: What a Ray worker of a cluster the driver joined from elsewhere does not inherit from it: the CPU switch, the
+#: NVML check DeepSpeed sets, the CPU path's DeepSpeed accelerator, the driver's warning filter (`openrlhf_copo.noise`).
+NOT_INHERITED = ("OPENRLHF_COPO_CPU", "PYTORCH_NVML_BASED_CUDA_CHECK", "DS_ACCELERATOR", "PYTHONWARNINGS")
+
+
 def run_fresh(code: str, **env_changes) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENRLHF_COPO_CPU", "PYTORCH_NVML_BASED_CUDA_CHECK")}
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     env.update(env_changes)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
 
 
 def test_on_a_gpu_node_the_hook_imports_nothing_heavy_and_the_patches_arrive_with_the_actors_imports():
+    """... and the hook silenced pynvml's deprecation warning, which the actor's import of torch would print."""
     out = run_fresh(GPU_NODE_HOOK)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    assert "The pynvml package is deprecated" not in out.stderr
 
 
 def test_on_a_cpu_run_the_drivers_variable_installs_the_cpu_path():
-    out = run_fresh(CPU_RUN_HOOK, OPENRLHF_COPO_CPU="1")
+    """A CPU run's worker, with the environment the driver gives it (`cpu.loopback_env`): the CPU path installed, and
+    DeepSpeed told its accelerator (DS_ACCELERATOR=cpu) instead of guessing it with a warning."""
+    from openrlhf_copo.openrlhf_ext.cpu import loopback_env
+
+    out = run_fresh(CPU_RUN_HOOK, **loopback_env())
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    assert "Setting accelerator to CPU" not in out.stdout + out.stderr
 
 
 def test_a_module_imported_before_the_hook_is_patched_at_once():
