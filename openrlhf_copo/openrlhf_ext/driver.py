@@ -80,7 +80,7 @@ from openrlhf_copo.files import write_atomic
 from openrlhf_copo.openrlhf_ext.failure import end_run, stop_ray
 from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
 from openrlhf_copo.openrlhf_ext.runtime_patches import versions
-from openrlhf_copo.probe import finished_record
+from openrlhf_copo.openrlhf_ext.probe_step import finished_record
 
 __all__ = ["DriverError", "CLI", "LOAD_ARGS", "FORK", "STEPS", "ARGUMENT_CHECKS", "RUN_STEPS", "after_parse",
            "extend_openrlhf_parser", "refuse_bad_arguments", "print_regime_and_warnings",

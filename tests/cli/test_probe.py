@@ -9,7 +9,8 @@ import pytest
 
 from openrlhf_copo.cli import probe as cli
 from openrlhf_copo.openrlhf_ext import driver
-from openrlhf_copo.probe import ProbeFinished, probe_argv
+from openrlhf_copo.openrlhf_ext.probe_step import ProbeFinished
+from openrlhf_copo.probe import probe_argv
 from tests_support import REPO, write_prompts
 
 
