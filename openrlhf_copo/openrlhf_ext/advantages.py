@@ -28,7 +28,7 @@ from openrlhf_copo.contract import (ADA_DRAWN, ADA_DRAWN_CORRECT, ALL_CORRECT, A
                                     WEIGHTED_GLOBAL_ADV, W_GLOBAL, W_LOCAL, W_LOCAL_MID, ZERO_STD, info_tensor)
 from openrlhf_copo.core import copo_advantages, mode_info
 from openrlhf_copo.openrlhf_ext.config import CopoConfigError, copo_settings
-from openrlhf_copo.probe import ProbeFinished, batch_record
+from openrlhf_copo.openrlhf_ext.probe_step import ProbeFinished, batch_record
 
 
 
@@ -217,7 +217,7 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
         SIGNAL_COPO: adv.has_signal.float(),
         "group_reward_std": rewards.std(1, keepdim=True).expand(-1, G),
     }
-    if args.copo.probe:  # the first rollout batch measured: the run stops here, before any training (probe.py)
+    if args.copo.probe:  # the first rollout batch measured: the run stops here, before any training (probe_step.py)
         texts = {f: in_index_order(experiences, f, total)[::n] for f in ("prompts", "labels")}
         record = batch_record(columns, rewards, correct, answer_ids, texts["prompts"], texts["labels"],
                               copo_settings(args))

@@ -1,15 +1,17 @@
 """The driver's part of a COPO run: the steps on OpenRLHF's final arguments, Ray's start, the one-line ending.
 
-Three entry points, each a straight line (`STEPS` says which steps each runs):
+Three entry points, each a straight line (`after_parse` says which steps each runs):
 
-    CLI main      cli/train_ppo_ray.py `main`:  openrlhf_args -> after_parse(args, CLI) ->
-                  run_training(train_with_copo_ray): Ray started with `ray_init_kwargs` over OpenRLHF's own settings
-                  (`openrlhf_ray_init_kwargs`; OpenRLHF's `train` then skips its own `ray.init`), then its `train`
+    CLI main      cli/train_ppo_ray.py `main`:  openrlhf_args -> after_parse(args, CLI) -> the device decision ->
+                  run_training(openrlhf_train, args, prog, decision): Ray started with `ray_init_kwargs` over
+                  OpenRLHF's own settings (`openrlhf_ray_init_kwargs`; OpenRLHF's `train` then skips its own
+                  `ray.init`), then its `train`
     load_args     cli/train_ppo_ray.py `load_args`:  openrlhf_args -> after_parse(args, LOAD_ARGS) -> the args;
                   nothing is read, written, patched, asked of a cluster or trained
     a fork        patches/train_ppo_ray.patch, in the fork's own main: extend_openrlhf_parser(parser) before its
                   parse_args, then, in place of its `train(args)`, train_from_fork(train, args, parser) ->
-                  after_parse(args, FORK) -> run_training(train); its `train`'s `ray.init` gets `ray_init_kwargs`
+                  after_parse(args, FORK) -> run_training(train, args, prog, decision): Ray started as for the CLI,
+                  so the fork's `train` skips its own `ray.init`
 
 How the CLI gets OpenRLHF's arguments (`openrlhf_args`). OpenRLHF builds its parser and adjusts the arguments in
 statements under `if __name__ == "__main__":`, not in a function to call. So its main block is run, compiled from its
@@ -26,9 +28,10 @@ is the same source both ways, so `train_from_fork` tells them apart by what it i
 and no step runs (the CLI's entry point runs its own steps, once); the fork's own `train` gets the FORK steps, then
 the training.
 
-The steps (`after_parse`), in order, each named for what it does (`STEPS`); load_args runs the first three:
+The steps (`after_parse`), in order, each named for what it does; load_args runs the first three (the argument
+checks):
 
-    refuse_bad_arguments            the first of copo_problems, in one line: the run does not start
+    refuse_bad_arguments            every one of copo_problems, in one message (one line each): the run does not start
     print_regime_and_warnings       the regime line, then copo_warnings: printed, the run goes on
     check_openrlhf_version_and_symbols
                                     the openrlhf version, and every OpenRLHF function a patch replaces (signatures
@@ -41,24 +44,27 @@ The steps (`after_parse`), in order, each named for what it does (`STEPS`); load
                                     (`runtime_patches.apply`; the workers get theirs from the worker hook)
     decide_device                   --copo.device (`device.py`): CUDA or the CPU path, decided where the actors will
                                     run (a cluster to join is asked from a child process), said in one line; refuses
-                                    what that device cannot run (`cpu.py`); the decision is left in args.copo.device,
-                                    which `ray_init_kwargs` reads
+                                    every setting that device cannot run (`cpu.py`), in one message; returns the
+                                    decision, which the steps after it and Ray's start are handed
     install_cpu_path                the CPU path only: its environment set in this process's os.environ, which Ray and
                                     every worker inherit (`cpu.prepare_driver`), then its patches installed in this
                                     process (`cpu.install`, after checking the symbols they replace)
-    check_resume_write_settings_and_preflight
+    start_ray_to_join_the_cluster   a cluster to join only: Ray started now with the run's `ray.init` arguments (the
+                                    next step runs on the cluster's nodes; OpenRLHF's `train` finds Ray up). With a
+                                    cluster of its own, Ray starts with the training (`run_training`)
+    guard_resume_write_settings_and_preflight
                                     where the actors run, said in one line: the resume guard (a checkpoint resumes
                                     with the COPO settings it was saved with; a half-written `_actor` is moved aside;
                                     it WRITES copo_settings.json next to the checkpoints when it does not resume from
-                                    one) and the preflight (model folder, data files, rows, labels). Here when Ray
-                                    starts a cluster of its own; on a cluster to join, Ray is started first (as the
-                                    CLI would start it next) and both run in a task on each node with GPU slots
-                                    (`actor_nodes.py`)
+                                    one) and the preflight (model folder, data files, rows, labels). Here when the run
+                                    has a cluster of its own; on a cluster to join, in a task on each node with GPU
+                                    slots (`actor_nodes.py`)
 
-Then `ray_init_kwargs` (the worker hook: patches in every worker, no CUDA touched, which ones by estimator and flags,
-`runtime_patches.patches_for`; the actor tokenizer's stop tokens for the reward; the CPU path's environment and local
-cluster) and `run_training` (a run that stops ends on one line naming what stopped it, `failure.py`: which worker
-died, where the checkpoints are; then Ray shut down).
+Then `run_training`: Ray started with `ray_init_kwargs` unless it is up (the worker hook: patches in every worker,
+no CUDA touched, which ones by estimator and flags, `runtime_patches.patches_for`; the actor tokenizer's stop tokens
+for the reward; on the CPU path, as the decision says, its environment and local cluster), then the training; a run
+that stops ends on one line naming what stopped it (`failure.py`: which worker died, where the checkpoints are), then
+Ray is shut down.
 """
 
 from __future__ import annotations
@@ -71,6 +77,7 @@ import json
 import os
 import sys
 import traceback
+from typing import List, Optional
 
 from openrlhf_copo.contract import PATCHES_ENV, RAY_WORKER_SETUP_HOOK, ROLLOUT_SEED_ENV
 from openrlhf_copo.openrlhf_ext import actor_nodes, config, cpu, device, runtime_patches
@@ -80,21 +87,23 @@ from openrlhf_copo.files import write_atomic
 from openrlhf_copo.openrlhf_ext.failure import end_run, stop_ray
 from openrlhf_copo.openrlhf_ext.preflight import PreflightError, preflight
 from openrlhf_copo.openrlhf_ext.runtime_patches import versions
-from openrlhf_copo.probe import finished_record
+from openrlhf_copo.openrlhf_ext.probe_step import finished_record
 
-__all__ = ["DriverError", "CLI", "LOAD_ARGS", "FORK", "STEPS", "ARGUMENT_CHECKS", "RUN_STEPS", "after_parse",
+__all__ = ["DriverError", "CLI", "LOAD_ARGS", "FORK", "after_parse", "refusal_message",
            "extend_openrlhf_parser", "refuse_bad_arguments", "print_regime_and_warnings",
            "check_openrlhf_version_and_symbols", "check_vllm_symbols", "patch_openrlhf_in_this_process",
-           "decide_device", "install_cpu_path", "check_resume_write_settings_and_preflight", "ray_init_kwargs",
-           "start_ray", "openrlhf_ray_init_kwargs", "train_with_copo_ray", "train_from_fork", "run_training",
-           "with_worker_hook", "end_run", "openrlhf_args", "openrlhf_main_block", "unknown_flags", "ArgsRecorder"]
+           "decide_device", "install_cpu_path", "start_ray_to_join_the_cluster",
+           "guard_resume_write_settings_and_preflight", "ray_init_kwargs", "start_ray", "openrlhf_ray_init_kwargs",
+           "openrlhf_train", "train_from_fork", "run_training", "with_worker_hook", "end_run", "openrlhf_args",
+           "openrlhf_main_block", "unknown_flags", "ArgsRecorder"]
 
-#: The entry points.
+#: The entry points (`after_parse`).
 CLI, LOAD_ARGS, FORK = "cli", "load_args", "fork"
 
 
 class DriverError(ValueError):
-    """A reason the run cannot start, in one line (the CLI prints it; a fork hands it to `parser.error`)."""
+    """Why the run cannot start: one line per refusal (`refusal_message`; the CLI prints it, a fork hands it to
+    `parser.error`)."""
 
 
 def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
@@ -104,28 +113,36 @@ def extend_openrlhf_parser(parser: argparse.ArgumentParser) -> None:
     cpu.extend_parser(parser)
 
 
+def refusal_message(problems: List[str]) -> str:
+    """Every refusal of ``problems`` in one message, so that a user fixes them all before the next try: one alone is
+    its own line; several are counted, then listed one a line."""
+    if len(problems) == 1:
+        return problems[0]
+    return f"{len(problems)} settings are refused:\n" + "\n".join(f"  - {problem}" for problem in problems)
+
+
 # ---------------------------------------------------------------------------------------------
-# The steps of `after_parse`, in the order it runs them. Each takes the args and the warning printer, so that one
-# table (`STEPS`) lists them; each raises `DriverError`, in one line, for a run that cannot start.
+# The steps of `after_parse`, in the order it runs them; each raises `DriverError` for a run that cannot start.
 
 
-def refuse_bad_arguments(args, warn=None) -> None:
-    """The first of COPO's refusals of these arguments (`config.copo_problems`): the run does not start."""
+def refuse_bad_arguments(args) -> None:
+    """Every one of COPO's refusals of these arguments (`config.copo_problems`), in one message
+    (`refusal_message`): the run does not start."""
     problems = copo_problems(args)
     if problems:
-        raise DriverError(problems[0])
+        raise DriverError(refusal_message(problems))
 
 
-def print_regime_and_warnings(args, warn=None) -> None:
+def print_regime_and_warnings(args, warn) -> None:
     """The regime line (`config.copo_regime`), then each of `config.copo_warnings`: the run goes on."""
     regime = copo_regime(args)
     if regime:
         print(f"openrlhf_copo: {regime}", file=sys.stderr, flush=True)
     for warning in copo_warnings(args):
-        (warn or _print_warning)(warning)
+        warn(warning)
 
 
-def check_openrlhf_version_and_symbols(args, warn=None) -> None:
+def check_openrlhf_version_and_symbols() -> None:
     """The installed openrlhf is a supported version, and every function a patch replaces is where the patches
     expect it, with its parameters (`versions.check_openrlhf`: signatures read, nothing patched)."""
     try:
@@ -134,7 +151,7 @@ def check_openrlhf_version_and_symbols(args, warn=None) -> None:
         raise DriverError(str(e)) from None
 
 
-def check_vllm_symbols(args, warn=None) -> None:
+def check_vllm_symbols() -> None:
     """Every vLLM function the patches and the evaluation call is there, with its parameters (`versions.check_vllm`;
     the CPU path's own are checked by `cpu.install`, so a CUDA driver does not import vLLM's CPU worker code)."""
     try:
@@ -143,67 +160,70 @@ def check_vllm_symbols(args, warn=None) -> None:
         raise DriverError(str(e)) from None
 
 
-def patch_openrlhf_in_this_process(args, warn=None) -> None:
+def patch_openrlhf_in_this_process(args) -> None:
     """For COPO's estimators, patches 1-3 into this process's OpenRLHF classes (`runtime_patches.apply`), as every
     Ray worker gets them from the worker hook: a patch that no longer fits fails here, before Ray starts."""
     if is_copo(args):
         runtime_patches.apply()
 
 
-def decide_device(args, warn=None) -> device.DeviceDecision:
+def decide_device(args) -> device.DeviceDecision:
     """The device the actors run on, CUDA or the CPU path: `--copo.device`, with `auto` asked of the cluster the run
-    joins (`device.decide`), said in one line. Refuses the settings that device cannot run (`cpu.cpu_problems`,
-    `cpu.gpu_problems`), else leaves the decision in ``args.copo.device``, what `install_cpu_path` and
-    `ray_init_kwargs` read from here on. Returns the decision (its reason is for the tests)."""
+    joins (`device.decide`), said in one line. Refuses every setting that device cannot run (`cpu.cpu_problems`,
+    `cpu.gpu_problems`) in one message; else returns the decision, which `after_parse` hands to the steps after this
+    one and `run_training` to Ray's start (``args.copo.device`` stays the flag as given)."""
     try:
         decision = device.decide(args.copo.device, address=device.cluster_address(),
                                  local_cuda=device.cuda_available, slots=device.cluster_slots)
     except device.DeviceError as e:
         raise DriverError(str(e)) from None
     print(decision.line(), file=sys.stderr, flush=True)
-    if decision.cpu_path:
-        problems = cpu.cpu_problems(args)
-        if problems:
-            raise DriverError(f"the actors run on the CPU path ({decision.reason}), where {problems[0]}")
-    else:
-        problems = cpu.gpu_problems(args)
-        if problems:
-            raise DriverError(f"the actors run on CUDA ({decision.reason}), where {problems[0]}")
-    args.copo.device = decision.device
+    problems = cpu.cpu_problems(args) if decision.cpu_path else cpu.gpu_problems(args)
+    if problems:
+        where = "the CPU path" if decision.cpu_path else "CUDA"
+        raise DriverError(f"the actors run on {where} ({decision.reason}), where {refusal_message(problems)}")
     return decision
 
 
-def install_cpu_path(args, warn=None) -> None:
-    """On the CPU path only (`decide_device` decided it): its environment set in this process's `os.environ`, where
-    Ray and every worker inherit it (`cpu.prepare_driver`: the CPU switch, loopback addresses, thread counts), then its
+def install_cpu_path(decision: device.DeviceDecision) -> None:
+    """On the CPU path only (as ``decision`` says): its environment set in this process's `os.environ`, where Ray
+    and every worker inherit it (`cpu.prepare_driver`: the CPU switch, loopback addresses, thread counts), then its
     patches installed in this process (`cpu.install`: torch's device calls, vLLM's weight loading, fp32). On CUDA,
     nothing of it is set or installed."""
-    if args.copo.device == device.CPU:
+    if decision.cpu_path:
         cpu.prepare_driver()
         cpu.install()
 
 
-def check_resume_write_settings_and_preflight(args, warn=None) -> None:
-    """The checks that read (and write) the disks where the actors run, said in one line: the resume guard
-    (`check_resume_and_write_settings`) and the preflight (`preflight_model_and_data`). Here when Ray starts a
-    cluster of its own (no cluster to join: the actors run on this machine); on a cluster to join, Ray is started now,
-    with the run's `ray.init` arguments (OpenRLHF's `train` then finds it up), and both run in a Ray task on each node
-    with GPU slots (`actor_nodes.check_on_cluster`)."""
+def start_ray_to_join_the_cluster(args, decision: device.DeviceDecision) -> None:
+    """On a cluster to join only (`device.cluster_address`): Ray started now, with the run's `ray.init` arguments
+    (`start_ray`), so that the resume guard and the preflight can run on the nodes where the actors will
+    (`guard_resume_write_settings_and_preflight`); OpenRLHF's `train` then finds Ray up. A run with a cluster of its
+    own starts Ray with the training (`run_training`)."""
+    if device.cluster_address() is not None:
+        start_ray(args, decision)
+
+
+def guard_resume_write_settings_and_preflight(args) -> None:
+    """The steps that read and write the disks where the actors run, said in one line: the resume guard, which
+    writes copo_settings.json (`guard_resume_and_write_settings`), and the preflight, which reads
+    (`preflight_model_and_data`). Here when the run has a cluster of its own (the actors run on this machine); on a
+    cluster to join (which `start_ray_to_join_the_cluster` joined), in a Ray task on each node with GPU slots
+    (`actor_nodes.guard_resume_and_preflight_on_cluster`)."""
     address = device.cluster_address()
     if address is None:
-        check_resume_and_write_settings(args)
+        guard_resume_and_write_settings(args)
         preflight_model_and_data(args)
         print("openrlhf_copo: the resume guard and the preflight ran on this machine, where the actors run (no Ray "
               "cluster to join)", file=sys.stderr, flush=True)
         return
-    start_ray(args)
     try:
-        actor_nodes.check_on_cluster(args, address)
+        actor_nodes.guard_resume_and_preflight_on_cluster(args, address)
     except actor_nodes.DiskCheckError as e:
         raise DriverError(str(e)) from None
 
 
-def check_resume_and_write_settings(args) -> None:
+def guard_resume_and_write_settings(args) -> None:
     """The resume guard on this machine's disk (`config.check_resume_settings`), for a run that saves or loads
     checkpoints: a checkpoint resumes with the COPO settings it was saved with (else refused); an `_actor` left
     half-written by a killed run is moved aside (`_actor.incomplete-<time>`) and the run starts from step 0;
@@ -223,26 +243,32 @@ def preflight_model_and_data(args) -> None:
         raise DriverError(str(e)) from None
 
 
-#: The checks on the arguments alone: they read no file, write nothing, ask no cluster and patch nothing (the openrlhf
-#: check imports OpenRLHF's modules to read their signatures). All that `load_args` runs.
-ARGUMENT_CHECKS = (refuse_bad_arguments, print_regime_and_warnings, check_openrlhf_version_and_symbols)
-#: Then, for a run: each step reads files, writes, patches this process or asks a cluster.
-RUN_STEPS = ARGUMENT_CHECKS + (check_vllm_symbols, patch_openrlhf_in_this_process, decide_device, install_cpu_path,
-                               check_resume_write_settings_and_preflight)
-#: What each entry point runs on the arguments OpenRLHF hands to `train(args)`, in this order (`after_parse`).
-STEPS = {CLI: RUN_STEPS, FORK: RUN_STEPS, LOAD_ARGS: ARGUMENT_CHECKS}
+def after_parse(args, entry: str, *, warn=None) -> Optional[device.DeviceDecision]:
+    """The steps of ``entry`` (`CLI`, `FORK` or `LOAD_ARGS`), in order, on the arguments as OpenRLHF will use them
+    (where its main calls `train(args)`, after its own adjustments). Raises `DriverError` at the first step that
+    refuses. Returns the device decision (`decide_device`), for `run_training`; None for `LOAD_ARGS`, which runs the
+    argument checks alone: they read no file, write nothing, ask no cluster and patch nothing (the openrlhf check
+    imports OpenRLHF's modules to read their signatures)."""
+    if entry not in (CLI, FORK, LOAD_ARGS):
+        raise ValueError(f"after_parse: entry {entry!r} is none of {CLI!r}, {FORK!r}, {LOAD_ARGS!r}")
+    refuse_bad_arguments(args)
+    print_regime_and_warnings(args, warn or _print_warning)
+    check_openrlhf_version_and_symbols()
+    if entry == LOAD_ARGS:
+        return None
+    # a run: each step from here reads files, writes, patches this process or asks a cluster
+    check_vllm_symbols()
+    patch_openrlhf_in_this_process(args)
+    decision = decide_device(args)
+    install_cpu_path(decision)
+    start_ray_to_join_the_cluster(args, decision)
+    guard_resume_write_settings_and_preflight(args)
+    return decision
 
 
-def after_parse(args, entry: str, *, warn=None) -> None:
-    """The steps of ``entry`` (`STEPS`), in order, on the arguments as OpenRLHF will use them (where its main calls
-    `train(args)`, after its own adjustments). Raises `DriverError` at the first refusal."""
-    for step in STEPS[entry]:
-        step(args, warn or _print_warning)
-
-
-def ray_init_kwargs(args, kwargs: dict) -> dict:
+def ray_init_kwargs(args, kwargs: dict, decision: device.DeviceDecision) -> dict:
     """OpenRLHF's `ray.init` arguments plus COPO's: the worker hook, the stop tokens, and on the CPU path (as
-    the device check decided) its environment and local cluster."""
+    ``decision`` says: `decide_device`) its environment and local cluster."""
     kwargs = dict(kwargs)
     try:
         kwargs["runtime_env"] = with_worker_hook(kwargs.get("runtime_env"))
@@ -254,14 +280,14 @@ def ray_init_kwargs(args, kwargs: dict) -> dict:
         runtime_patches.patches_for(args))
     if args.copo.seeded_rollouts:
         kwargs["runtime_env"].setdefault("env_vars", {})[ROLLOUT_SEED_ENV] = str(args.train.seed)
-    if args.copo.device == device.CPU:
+    if decision.cpu_path:
         kwargs = cpu.ray_init_kwargs(args, kwargs)
     return kwargs
 
 
 def openrlhf_ray_init_kwargs() -> dict:
     """OpenRLHF 0.11.2's own `ray.init` arguments (the top of its `train`), a value set in the environment winning
-    as there: the CLI starts Ray with these plus COPO's (`train_with_copo_ray`)."""
+    as there: the driver starts Ray with these plus COPO's (`start_ray`)."""
     return {"runtime_env": {"env_vars": {
         "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
         "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
@@ -269,25 +295,25 @@ def openrlhf_ray_init_kwargs() -> dict:
     }}}
 
 
-def start_ray(args) -> None:
-    """Ray started with COPO's settings over OpenRLHF's own, unless it is up in this process already (then it is
-    used as it is, as OpenRLHF does). OpenRLHF's `train` (or a fork's) then skips its own `ray.init`."""
+def start_ray(args, decision: device.DeviceDecision) -> None:
+    """Ray started with COPO's settings over OpenRLHF's own (`ray_init_kwargs`), unless it is up in this process
+    already (then it is used as it is, as OpenRLHF does). OpenRLHF's `train` (or a fork's) then skips its own
+    `ray.init`."""
     import ray
 
     if not ray.is_initialized():
-        ray.init(**ray_init_kwargs(args, openrlhf_ray_init_kwargs()))
+        ray.init(**ray_init_kwargs(args, openrlhf_ray_init_kwargs(), decision))
 
 
-def train_with_copo_ray(args) -> None:
-    """The CLI's training: Ray started (`start_ray`; the disk checks started it already on a cluster to join), then
-    OpenRLHF's `train(args)`."""
-    start_ray(args)
+def openrlhf_train(args) -> None:
+    """The CLI's training: OpenRLHF's `train(args)` (Ray is up: `run_training` started it)."""
     importlib.import_module(OPENRLHF_MAIN).train(args)
 
 
 def train_from_fork(train, args, parser: argparse.ArgumentParser) -> None:
     """A fork's entry point, in place of its main's `train(args)` (patches/train_ppo_ray.patch): the fork's steps
-    (`STEPS[FORK]`), a refusal as `parser.error`, then ``train(args)``, ending on one line if it stops.
+    (`after_parse(args, FORK)`), a refusal as `parser.error`, then Ray's start and ``train(args)`` (`run_training`),
+    ending on one line if it stops.
 
     Handed the CLI's `ArgsRecorder` instead of the fork's `train` (the CLI reading this fork's arguments with
     `openrlhf_args`: the module docstring says why that is how the two are told apart), it hands the recorder the
@@ -296,17 +322,19 @@ def train_from_fork(train, args, parser: argparse.ArgumentParser) -> None:
         train(args)
         return
     try:
-        after_parse(args, FORK)
+        decision = after_parse(args, FORK)
     except DriverError as e:
         parser.error(str(e))
-    run_training(train, args, parser.prog)
+    run_training(train, args, parser.prog, decision)
 
 
-def run_training(train, args, prog: str) -> None:
-    """``train(args)``; if it raises, the run ends on one line (`end_run`), except a probe's (`--copo.probe`), whose
+def run_training(train, args, prog: str, decision: device.DeviceDecision) -> None:
+    """Ray started with COPO's settings for ``decision`` (`start_ray`; up already on a cluster to join), then
+    ``train(args)``; if either raises, the run ends on one line (`end_run`), except a probe's (`--copo.probe`), whose
     advantage step stops the run on purpose once it has measured the first rollout batch: its record is written to
     the probe file, Ray is shut down, and the run ends as a success."""
     try:
+        start_ray(args, decision)
         train(args)
     except Exception as e:  # a dead Ray worker, an out-of-memory, ...: the traceback, then one line
         record = finished_record(e) if getattr(args.copo, "probe", None) else None
@@ -351,7 +379,7 @@ def _add_stop_tokens(runtime_env: dict, args) -> None:
 
 
 #: OpenRLHF's train_ppo_ray module (or a fork's, if that is the openrlhf installed): `openrlhf_args` runs its main
-#: block, `train_with_copo_ray` its `train`.
+#: block, `openrlhf_train` its `train`.
 OPENRLHF_MAIN = "openrlhf.cli.train_ppo_ray"
 
 
@@ -459,11 +487,11 @@ def _is_parse_args(node) -> bool:
 
 
 def _openrlhf_refusal(error: AssertionError, args, main_file: str) -> str:
-    """One line for an `assert` of OpenRLHF's main that refused the arguments before `train(args)`: COPO's own
-    refusal of the same arguments when there is one (it names the flag to change; OpenRLHF's assert may follow from
-    it, e.g. one sample per prompt), else OpenRLHF's message with its line."""
+    """The message for an `assert` of OpenRLHF's main that refused the arguments before `train(args)`: COPO's own
+    refusals of the same arguments when there are any (each names the flag to change; OpenRLHF's assert may follow
+    from one, e.g. one sample per prompt), else OpenRLHF's message with its line."""
     problems = copo_problems(args) if hasattr(args, "copo") else []
     if problems:
-        return problems[0]
+        return refusal_message(problems)
     line = next((f.lineno for f in reversed(traceback.extract_tb(error.__traceback__)) if f.filename == main_file), "?")
     return f"OpenRLHF's train_ppo_ray refused the arguments ({main_file}:{line}): {error or 'assertion failed'}"

@@ -175,13 +175,23 @@ def test_the_plateau_start_curve_pairs_each_evaluation_with_the_pass_before_it(r
 
 
 def test_the_readme_table_is_the_committed_runs_table(regimes):
-    """The README's which-method-when table is what `regimes.py report` makes from the committed runs: a run added
-    without the report rerun, or a hand edit of the table, fails here."""
+    """The README's which-method-when table, and the package's copy the probe compares against
+    (`regimes_table.TABLE_FILE`), are what `regimes.py report` makes from the committed runs: a run added without the
+    report rerun, or a hand edit of either, fails here."""
+    from openrlhf_copo import regimes_table
+
     readme = regimes.README.read_text()
     start, end = regimes.README_MARKERS
     in_readme = readme.split(start)[1].split(end)[0].strip()
-    assert in_readme == regimes.which_method_when_with_notes(regimes.collect(), diagnostics=False)
+    results = regimes.collect()
+    assert in_readme == regimes.which_method_when_with_notes(results, diagnostics=False)
     assert "*step 1:" not in in_readme and "machine-hours" not in in_readme  # the diagnostics are in regimes.md
+    shipped = regimes_table.read_table()
+    assert shipped == json.loads(json.dumps(regimes_table.table_data(results)))
+    # the method rows drawn from the package's copy alone are the README's
+    assert regimes_table.which_method_when(shipped, diagnostics=False) == \
+        regimes_table.which_method_when(results, diagnostics=False)
+    assert list(shipped) == list(results) and "curves" not in shipped["hard"]
 
 
 def test_the_readme_table_is_replaced_between_its_markers_only(regimes):

@@ -1,7 +1,7 @@
 """Which steps each entry point runs: the CLI's `main`, `load_args`, and a fork's main (patches/train_ppo_ray.patch,
-which calls `driver.train_from_fork`). The test pins the table of step names, and records what each step does where
-the driver calls it, so that a step's name and its effects cannot part. Run by tests/test_patches.py over the patched
-fork too, where the CLI runs the fork's main block."""
+which calls `driver.train_from_fork`). The test records the steps `driver.after_parse` runs, by name, and what each
+does where the driver calls it, so that a step's name and its effects cannot part. Run by tests/test_patches.py over
+the patched fork too, where the CLI runs the fork's main block."""
 
 import argparse
 
@@ -14,8 +14,9 @@ from tests_support import copo_argv
 
 ARGUMENT_CHECKS = ["refuse_bad_arguments", "print_regime_and_warnings", "check_openrlhf_version_and_symbols"]
 RUN_STEPS = ARGUMENT_CHECKS + ["check_vllm_symbols", "patch_openrlhf_in_this_process", "decide_device",
-                               "install_cpu_path", "check_resume_write_settings_and_preflight"]
-#: Which steps each entry point runs, in order (`driver.STEPS`). load_args reads no file, writes nothing, asks no
+                               "install_cpu_path", "start_ray_to_join_the_cluster",
+                               "guard_resume_write_settings_and_preflight"]
+#: Which steps each entry point runs, in order (`driver.after_parse`). load_args reads no file, writes nothing, asks no
 #: cluster, patches nothing and trains nothing.
 TABLE = {"cli": RUN_STEPS, "fork": RUN_STEPS, "load_args": ARGUMENT_CHECKS}
 #: What each step calls, in order, on the CPU path (this CUDA-less machine, no cluster to join: the disk checks run
@@ -28,16 +29,34 @@ EFFECTS = {
     "patch_openrlhf_in_this_process": ["runtime_patches.apply"],
     "decide_device": ["device.decide"],
     "install_cpu_path": ["cpu.prepare_driver", "cpu.install"],
-    "check_resume_write_settings_and_preflight": ["check_resume_settings", "preflight"],
+    "start_ray_to_join_the_cluster": [],  # no cluster to join here: Ray starts with the training
+    "guard_resume_write_settings_and_preflight": ["check_resume_settings", "preflight"],
 }
 #: The CPU path's settings (`--vllm.sync_backend nccl` is OpenRLHF's default, which the CPU path refuses).
 CPU_OK = ("--vllm.sync_backend", "gloo", "--ds.attn_implementation", "sdpa")
 
 
 @pytest.fixture
+def steps(monkeypatch):
+    """The steps `after_parse` runs, by name, in order."""
+    ran = []
+
+    def recording(name, step):
+        def call(*a, **k):
+            ran.append(name)
+            return step(*a, **k)
+        return call
+
+    for name in RUN_STEPS:
+        monkeypatch.setattr(driver, name, recording(name, getattr(driver, name)))
+    return ran
+
+
+@pytest.fixture
 def calls(monkeypatch):
     """What the steps call, recorded where the driver calls it; the machine-dependent ones (installing the CPU path,
-    the resume guard, the preflight) and the training do nothing else."""
+    the resume guard, the preflight), Ray's start (with the decision it is handed) and the training do nothing
+    else."""
     ran = []
 
     def recording(name, original=None):
@@ -56,7 +75,8 @@ def calls(monkeypatch):
     monkeypatch.setattr(cpu, "install", recording("cpu.install"))
     monkeypatch.setattr(driver, "check_resume_settings", recording("check_resume_settings"))
     monkeypatch.setattr(driver, "preflight", recording("preflight"))
-    monkeypatch.setattr(driver, "train_with_copo_ray", recording("train"))
+    monkeypatch.setattr(driver, "start_ray", lambda args, decision: ran.append(("start_ray", decision.device)))
+    monkeypatch.setattr(driver, "openrlhf_train", recording("train"))
     return ran
 
 
@@ -64,24 +84,41 @@ def effects(entry):
     return [call for step in TABLE[entry] for call in EFFECTS[step]]
 
 
-def test_each_entry_point_runs_its_steps_in_order(calls, no_ray_cluster):
-    assert {entry: [step.__name__ for step in steps] for entry, steps in driver.STEPS.items()} == TABLE
-
+def test_each_entry_point_runs_its_steps_in_order(steps, calls, no_ray_cluster):
     cli.main(copo_argv(*CPU_OK))
-    assert calls == effects("cli") + ["train"]
+    assert steps == TABLE["cli"]
+    # Ray starts with the training, handed the device decision (this CUDA-less machine: the CPU path)
+    assert calls == effects("cli") + [("start_ray", "cpu"), "train"]
 
+    steps.clear()
     calls.clear()
     args = cli.load_args(copo_argv(*CPU_OK))
-    assert calls == effects("load_args")
+    assert steps == TABLE["load_args"] and calls == effects("load_args")
 
+    steps.clear()
     calls.clear()  # what the fork's main calls in place of its `train(args)`
     driver.train_from_fork(lambda a: calls.append("train"), args, argparse.ArgumentParser(prog="fork"))
-    assert calls == effects("fork") + ["train"]
-    assert args.copo.device == "cpu"  # the decision, left where `ray_init_kwargs` reads it
+    assert steps == TABLE["fork"] and calls == effects("fork") + [("start_ray", "cpu"), "train"]
+
+
+def test_the_device_decision_is_handed_on_not_written_into_the_args(no_ray_cluster, monkeypatch):
+    """`after_parse` returns the decision, which the steps after it and Ray's start are handed: the args keep the
+    flag as the user gave it (`auto`), and what a run's Ray gets follows the decision alone."""
+    monkeypatch.setattr(cpu, "prepare_driver", lambda: None)
+    monkeypatch.setattr(cpu, "install", lambda: None)
+    monkeypatch.setattr(driver, "guard_resume_write_settings_and_preflight", lambda args: None)
+    args = cli.load_args(copo_argv(*CPU_OK))
+    decision = driver.after_parse(args, driver.CLI)
+    assert decision.device == "cpu" and args.copo.device == "auto"
+    assert driver.after_parse(args, driver.LOAD_ARGS) is None  # the argument checks decide no device
+    on_cuda = device.DeviceDecision(device.CUDA, "--copo.device cuda")
+    assert driver.ray_init_kwargs(args, {}, on_cuda).get("address") is None  # CUDA: OpenRLHF's own Ray start
+    assert driver.ray_init_kwargs(args, {}, decision)["address"] == "local"  # the CPU path: a cluster of its own
 
 
 def test_the_driver_docstring_lists_the_steps_in_order():
-    """The module docstring's list of steps is the table's, in its order (the maintainer reads the list first)."""
+    """The module docstring's list of steps is the one the test records, in its order (the maintainer reads the list
+    first)."""
     listed = [line.split()[0] for line in driver.__doc__.split("The steps (`after_parse`)")[1].split("\n\nThen")[0]
               .splitlines()[1:] if line.startswith("    ") and line[4:5].isalpha()]
     assert listed == TABLE["cli"]
@@ -120,12 +157,12 @@ def test_the_cli_starts_ray_with_copos_settings_over_openrlhfs_then_openrlhfs_tr
     for name, value in driver.openrlhf_ray_init_kwargs()["runtime_env"]["env_vars"].items():
         assert f'"{name}": os.environ.get("{name}", "{value}")' in source, name
 
-    args = load_args(copo_argv("--copo.device", "cuda", model=str(tmp_path)))  # no tokenizer there: no stop tokens
+    args = load_args(copo_argv(model=str(tmp_path)))  # no tokenizer there: no stop tokens
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: bool(calls))
     monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(("init", kwargs)))
     monkeypatch.setattr(upstream, "train", lambda a: calls.append(("train", a)))
-    driver.train_with_copo_ray(args)
+    driver.run_training(driver.openrlhf_train, args, "prog", device.DeviceDecision(device.CUDA, "--copo.device cuda"))
     (init, kwargs), (train, trained) = calls
     assert (init, train, trained) == ("init", "train", args)
     env = kwargs["runtime_env"]

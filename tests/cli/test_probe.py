@@ -9,7 +9,8 @@ import pytest
 
 from openrlhf_copo.cli import probe as cli
 from openrlhf_copo.openrlhf_ext import driver
-from openrlhf_copo.probe import ProbeFinished, probe_argv
+from openrlhf_copo.openrlhf_ext.probe_step import ProbeFinished
+from openrlhf_copo.probe import probe_argv
 from tests_support import REPO, write_prompts
 
 
@@ -65,16 +66,19 @@ def test_probe_is_refused_under_openrlhfs_own_estimators(load_args, capsys):
     assert "--copo.probe p.json is read by COPO's estimators only" in capsys.readouterr().err
 
 
-def test_a_probes_run_ends_as_a_success_with_its_record_written(load_args, tmp_path, capsys):
+def test_a_probes_run_ends_as_a_success_with_its_record_written(load_args, tmp_path, capsys, monkeypatch):
+    from openrlhf_copo.openrlhf_ext import device
     from tests_support import copo_argv
 
     args = load_args(copo_argv("--copo.probe", str(tmp_path / "probe.json")))
     record = {"groups": [{"prompt": "p"}], "G": 4}
+    monkeypatch.setattr(driver, "start_ray", lambda args, decision: None)  # the training below starts no workers
+    on_cpu = device.DeviceDecision(device.CPU, "--copo.device cpu")
 
     def stopped_by_the_advantage_step(args):
         raise ProbeFinished(record)
 
-    driver.run_training(stopped_by_the_advantage_step, args, "prog")  # returns: no SystemExit
+    driver.run_training(stopped_by_the_advantage_step, args, "prog", on_cpu)  # returns: no SystemExit
     assert json.loads((tmp_path / "probe.json").read_text()) == record
     assert "stopped before any training step" in capsys.readouterr().err
 
@@ -82,5 +86,5 @@ def test_a_probes_run_ends_as_a_success_with_its_record_written(load_args, tmp_p
         raise RuntimeError("a worker died")
 
     with pytest.raises(SystemExit):  # any other error still ends the run on its one line
-        driver.run_training(crashed, args, "prog")
+        driver.run_training(crashed, args, "prog", on_cpu)
     assert "training stopped: RuntimeError: a worker died" in capsys.readouterr().err

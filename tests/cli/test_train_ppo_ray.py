@@ -150,6 +150,20 @@ def test_bad_settings_are_refused_with_one_line(load_args, capsys, extra, reason
     assert len(err) == 1 and reason in err[0], err
 
 
+def test_every_refused_setting_is_said_at_once(load_args, capsys):
+    """Three bad flags: one message names all three (counted, one line each), so one run tells the user every fix,
+    not one fix per run."""
+    with pytest.raises(SystemExit) as exc:
+        load_args(copo_argv("--copo.eps", "-1", "--algo.dynamic_filtering_enable", "--train.async_enable"))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "python -m openrlhf_copo.cli.train_ppo_ray: error: 3 settings are refused:", err
+    assert len(err) == 4 and all(line.startswith("  - ") for line in err[1:]), err
+    for line, flag in zip(err[1:], ("--algo.dynamic_filtering_enable drops", "--train.async_enable is not supported",
+                                    "--copo.eps -1.0 must be >= 0")):
+        assert flag in line, (flag, line)
+
+
 def test_missing_reward_function_is_refused(load_args, capsys):
     argv = copo_argv()
     i = argv.index("--reward.remote_url")
@@ -558,6 +572,9 @@ def test_an_abbreviated_flag_is_refused_not_taken_for_the_cpu_demo(monkeypatch, 
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["python -m openrlhf_copo.cli.train_ppo_ray: error: unrecognized argument --actor.model_name_or_pat: "
                    "not a flag of OpenRLHF's train_ppo_ray or COPO's (flags are written whole; --help lists them)"], err
+    with pytest.raises(SystemExit):  # two: both named
+        cli.main(["--actor.model_name_or_pat", "some/model", "--rollout.batch_siz", "4"])
+    assert "unrecognized arguments --actor.model_name_or_pat, --rollout.batch_siz: not a flag" in capsys.readouterr().err
 
 
 def test_an_abbreviated_flag_is_refused_with_a_model_given(load_args, capsys):

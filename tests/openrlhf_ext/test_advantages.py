@@ -298,7 +298,7 @@ def test_under_probe_the_step_stops_with_the_batch_it_would_have_trained_on(load
     no actor, reference or critic to run: a forward would fail), which measures the batch as it does at any step,
     then stops (ProbeFinished) with the record: each group in prompt order with its rewards, answer split and
     columns, and the batch means, which are the metrics the same step logs without the probe."""
-    from openrlhf_copo.probe import ProbeFinished, finished_record
+    from openrlhf_copo.openrlhf_ext.probe_step import ProbeFinished, finished_record
 
     args = load_args(copo_argv("--copo.probe", "unused.json", "--train.seed", "5"))
     args.rollout.micro_batch_size = 5  # micro-batches that cut across groups

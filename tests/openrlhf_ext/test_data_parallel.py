@@ -32,12 +32,11 @@ def ray_cpu(load_args, model):
     """A local Ray cluster as the CLI's CPU path starts it (worker hook, CPU environment, logical GPU slots)."""
     import ray
 
-    from openrlhf_copo.openrlhf_ext import cpu, driver
+    from openrlhf_copo.openrlhf_ext import cpu, device, driver
 
     cpu.prepare_driver()
     args = load_args(copo_argv(model=model))
-    args.copo.device = "cpu"  # as step 6 of the driver leaves it on the CPU path
-    kwargs = driver.ray_init_kwargs(args, {})
+    kwargs = driver.ray_init_kwargs(args, {}, device.DeviceDecision(device.CPU, "the test's CPU path"))
     kwargs["num_gpus"] = 2
     ray.init(**kwargs)
     yield

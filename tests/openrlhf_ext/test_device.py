@@ -73,10 +73,10 @@ def test_a_cuda_less_driver_told_cuda_does_not_take_the_cpu_path(load_args, monk
     args = load_args(copo_argv("--copo.device", "cuda", "--vllm.sync_backend", "nccl"))
     capsys.readouterr()  # what parsing printed (the blending regime): the device decision's line is what follows
     decision = driver.decide_device(args)
-    driver.install_cpu_path(args)  # on CUDA: nothing
-    assert decision.device == "cuda" and args.copo.device == "cuda"
+    driver.install_cpu_path(decision)  # on CUDA: nothing
+    assert decision.device == "cuda"
     assert capsys.readouterr().err.strip() == "openrlhf_copo: the actors run on CUDA: --copo.device cuda"
-    kwargs = driver.ray_init_kwargs(args, {"runtime_env": {"env_vars": {"NCCL_DEBUG": "WARN"}}})
+    kwargs = driver.ray_init_kwargs(args, {"runtime_env": {"env_vars": {"NCCL_DEBUG": "WARN"}}}, decision)
     assert CPU_ENV not in kwargs["runtime_env"]["env_vars"] and "address" not in kwargs and "num_gpus" not in kwargs
     assert kwargs["runtime_env"]["env_vars"]["NCCL_DEBUG"] == "WARN"
 
@@ -130,8 +130,8 @@ def test_auto_finds_a_ray_start_cluster_of_this_machine_as_ray_does(load_args, m
             decision = driver.decide_device(args)
             assert decision.device == expected and f"the Ray cluster at {address}" in decision.reason
             assert reason in decision.reason, decision.reason
-            if expected == "cpu":  # the decision is in args.copo.device
-                assert "address" not in cpu.ray_init_kwargs(args, {})  # joins the cluster it asked
+            if expected == "cpu":
+                assert "address" not in driver.ray_init_kwargs(args, {}, decision)  # joins the cluster it asked
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -143,7 +143,7 @@ def test_auto_follows_the_cluster_and_every_cpu_refusal_follows_the_decision(loa
     monkeypatch.setattr(device, "cluster_slots", declared(8))
     monkeypatch.setattr(cpu, "install", never)
     args = load_args(copo_argv("--vllm.sync_backend", "nccl"))
-    assert driver.decide_device(args).device == "cuda" and args.copo.device == "cuda"
+    assert driver.decide_device(args).device == "cuda"
     with pytest.raises(driver.DriverError, match=r"the actors run on CUDA \(--copo.device auto: the Ray cluster .*"
                                                  r"\), where --ds.param_dtype fp32 is the CPU path's"):
         driver.decide_device(load_args(copo_argv(*CPU_OK, "--ds.param_dtype", "fp32")))
@@ -155,13 +155,25 @@ def test_auto_follows_the_cluster_and_every_cpu_refusal_follows_the_decision(loa
     assert "the actors run on the CPU path" in capsys.readouterr().err
 
 
+def test_every_setting_the_device_cannot_run_is_said_at_once(load_args, capsys):
+    """Two settings the CPU path cannot run: one message after the decision names both."""
+    args = load_args(copo_argv("--copo.device", "cpu", "--vllm.sync_backend", "nccl", "--train.enable_ema"))
+    with pytest.raises(driver.DriverError) as e:
+        driver.decide_device(args)
+    lines = str(e.value).splitlines()
+    assert lines[0] == "the actors run on the CPU path (--copo.device cpu), where 2 settings are refused:", lines
+    assert lines[1].startswith("  - --vllm.sync_backend nccl: NCCL needs CUDA") and len(lines) == 3, lines
+    assert lines[2].startswith("  - --train.enable_ema: OpenRLHF moves the EMA model to cuda"), lines
+
+
 def test_the_cpu_decision_exports_the_cpu_path_to_the_workers(load_args, monkeypatch):
     """On the CPU path the workers learn it from the runtime env, and a cluster being joined keeps its address."""
     monkeypatch.setenv("RAY_ADDRESS", ADDRESS)
     monkeypatch.setattr(device, "cluster_slots", declared(4, 4))
     args = load_args(copo_argv(*CPU_OK))
-    assert driver.decide_device(args).device == "cpu"
-    kwargs = driver.ray_init_kwargs(args, {})
+    decision = driver.decide_device(args)
+    assert decision.device == "cpu"
+    kwargs = driver.ray_init_kwargs(args, {}, decision)
     assert kwargs["runtime_env"]["env_vars"][CPU_ENV] == "1" and "address" not in kwargs
 
 
@@ -217,7 +229,8 @@ def test_seeded_rollouts_reach_every_worker_as_the_runs_seed(load_args):
     it the variable is not set, and the engines draw as OpenRLHF's do."""
     from openrlhf_copo.contract import ROLLOUT_SEED_ENV
 
-    args = load_args(copo_argv("--copo.seeded_rollouts", "--train.seed", "7", "--copo.device", "cuda"))
-    assert driver.ray_init_kwargs(args, {})["runtime_env"]["env_vars"][ROLLOUT_SEED_ENV] == "7"
-    args = load_args(copo_argv("--copo.device", "cuda"))
-    assert ROLLOUT_SEED_ENV not in driver.ray_init_kwargs(args, {})["runtime_env"].get("env_vars", {})
+    on_cuda = device.DeviceDecision(device.CUDA, "--copo.device cuda")
+    args = load_args(copo_argv("--copo.seeded_rollouts", "--train.seed", "7"))
+    assert driver.ray_init_kwargs(args, {}, on_cuda)["runtime_env"]["env_vars"][ROLLOUT_SEED_ENV] == "7"
+    args = load_args(copo_argv())
+    assert ROLLOUT_SEED_ENV not in driver.ray_init_kwargs(args, {}, on_cuda)["runtime_env"].get("env_vars", {})

@@ -25,7 +25,7 @@ does, and only the patches that add to its logs (1: our reward's id labels out o
 each response's engine, as a label) unless a `--copo.*` flag asks for one (`--copo.same_pipeline`: all of 4-10, so
 that a baseline runs through the same pipeline as the COPO run it is compared with). `versions` holds the openrlhf
 versions and every symbol the patches touch, and the checks that refuse others. `eval_state` holds what patches 4, 5, 6
-and 8 hand each other (tested with `evaluation`). Each module's docstring says what its patches change and
+and 8 of one trainer hand each other (tested with `evaluation`). Each module's docstring says what its patches change and
 why; each is tested by the test module of the same name under tests/openrlhf_ext/runtime_patches/.
 
 A monkeypatch made in the driver never reaches Ray actor processes, where these classes run.

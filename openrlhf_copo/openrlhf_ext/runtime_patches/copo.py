@@ -46,7 +46,7 @@ def probing(args) -> bool:
 def probe_experience_batch(maker, rollout_samples):
     """`RemoteExperienceMaker.make_experience_batch` of a probe: the batch as drawn and rewarded (the reward file ran
     in the vLLM engines' agent) goes to the advantage step as OpenRLHF groups it, which measures it and stops the run
-    (`probe.ProbeFinished`). The models' forwards that OpenRLHF's `make_experience` would run first (the actor's
+    (`probe_step.ProbeFinished`). The models' forwards that OpenRLHF's `make_experience` would run first (the actor's
     log-probs, a reference's, a critic's values) feed training alone: skipped, they were a third of a SmolLM2 probe's
     time on the CPU (79 of 237 s)."""
     return maker.compute_advantages_and_returns(maker.split_rollout_samples(rollout_samples))

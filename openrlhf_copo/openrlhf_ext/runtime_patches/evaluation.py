@@ -12,8 +12,9 @@
    `--copo.eval_sampled_prompts` prompts if set.
 
 What these patches and patch 4 hand each other (the step last logged, the greedy samples of the evaluation under
-way, whether the prompts ran out, ...) is one object, `eval_state.STATE`, whose docstring says who writes and who
-reads each field.
+way, whether the prompts ran out, ...) is one object per trainer, `eval_state.EvalState`, found through the trainer
+(`eval_state.trainer_state`) or its held-out dataloader (`eval_state.held_out_state`); that module's docstring says
+who writes and who reads each field.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def apply_eval_majority() -> None:
         if samples_list and all(ANSWER_ID in s.info for s in samples_list):
             logs.update(eval_majority_logs(eval_dataloader, samples_list, n_samples_per_prompt))
         outcomes = {}
-        state = eval_state.STATE
+        state = eval_state.held_out_state(eval_dataloader)  # the evaluating trainer's: its held-out set is ours
         greedy, seconds = state.take_evaluation_extras()  # patch 8's: `evaluate` hands us only the sampled ones
         if seconds is not None:
             logs["eval_generate_seconds"] = seconds
@@ -111,8 +112,9 @@ def apply_eval_generation() -> None:
     in one call. OpenRLHF 0.11.2 sends them `--rollout.batch_size` at a time (64 prompts x 2 samples took 80 s
     in 11 calls on 2 CPU cores, and each call waits for its slowest response); vLLM batches a single call
     itself. With `--copo.eval_greedy`, a greedy call (temperature 0, one sample per prompt) comes first and
-    its samples are kept for `compute_eval_metrics` (patch 5, through `eval_state.STATE`); the sampled call then takes the first
-    `--copo.eval_sampled_prompts` prompts (0: all) with `evaluate`'s settings (`--eval.temperature`, ...)."""
+    its samples are kept for `compute_eval_metrics` (patch 5, through the trainer's `eval_state.held_out_state`); the
+    sampled call then takes the first `--copo.eval_sampled_prompts` prompts (0: all) with `evaluate`'s settings
+    (`--eval.temperature`, ...)."""
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
     original = SamplesGenerator.generate_eval_samples
@@ -131,7 +133,7 @@ def apply_eval_generation() -> None:
         total = len(self.eval_dataloader.dataset)
         sampled = min(getattr(copo, "eval_sampled_prompts", 0) or total, total)
         with_greedy = getattr(copo, "eval_greedy", False)
-        state = eval_state.STATE
+        state = eval_state.held_out_state(self.eval_dataloader)
         start = time.time()
         if self.args.vllm.enable_sleep:
             batch_vllm_engine_call(self.vllm_engines, "wake_up")
@@ -178,8 +180,8 @@ def apply_eval_before_train() -> None:
         states = original(self)
         DrawCounter.restore(self, states)  # seeded rollouts: the draw counts the checkpoint was saved with
         copo = getattr(self.args, "copo", None)
-        state = eval_state.STATE
-        state.trainer, state.watch_draws = self, getattr(copo, "eval_after_train", False)
+        state = eval_state.trainer_state(self)
+        state.watch_draws = getattr(copo, "eval_after_train", False)
         if getattr(copo, "eval_before_train", False) and states.get("global_step", 0) == 0:
             state.step, state.metrics_file = 0, getattr(copo, "metrics_file", None)
             evaluate_now(self, 0)
@@ -191,27 +193,28 @@ def apply_eval_before_train() -> None:
 
 
 def watched_prompt_draw(draw):
-    """`SamplesGenerator.generate_samples` that tells `note_prompt_draw` what each draw returned, when watched."""
+    """`SamplesGenerator.generate_samples` that tells `note_prompt_draw` what each draw returned, when its trainer
+    watches them (found through the generator's held-out set: without one nothing is evaluated, so nothing watched)."""
 
     @functools.wraps(draw)
     def generate_samples(self, *args, **generate_kwargs):
         samples, pass_rate, consumed, exhausted = draw(self, *args, **generate_kwargs)
-        if eval_state.STATE.watch_draws:
-            note_prompt_draw(samples, exhausted)
+        state = eval_state.held_out_state(getattr(self, "eval_dataloader", None))
+        if state is not None and state.watch_draws:
+            note_prompt_draw(state, samples, exhausted)
         return samples, pass_rate, consumed, exhausted
 
     setattr(generate_samples, PATCHED_ATTR, True)
     return generate_samples
 
 
-def note_prompt_draw(samples, exhausted: bool) -> None:
+def note_prompt_draw(state: eval_state.EvalState, samples, exhausted: bool) -> None:
     """With `--copo.eval_after_train`: the run's last step is evaluated even when `--eval.steps` does not divide
     it. How many steps a run makes is not known in advance (DAPO's filter refills groups from later prompts, and
     stops when too few are left for a batch), so this watches `PPOTrainer.fit`'s prompt draws, the only place that
     learns the prompts are used up. Its loop stops after a draw that says so: after training on the draw's batch
     (the step's logging then evaluates it, `evaluate_if_prompts_ran_out`) or, when the draw came back empty, at
-    once (evaluated here)."""
-    state = eval_state.STATE
+    once (evaluated here). ``state`` is the drawing trainer's."""
     state.prompts_used_up = exhausted
     if exhausted and not samples:
         evaluate_last_step(state.trainer)
@@ -220,13 +223,13 @@ def note_prompt_draw(samples, exhausted: bool) -> None:
 def evaluate_if_prompts_ran_out(trainer) -> None:
     """After each step's logging (patch 4 calls it): when drawing this step's batch used up the prompts, fit()
     stops after it, so the step is evaluated now (`evaluate_last_step`; `note_prompt_draw` records it)."""
-    if eval_state.STATE.prompts_used_up:
+    if eval_state.trainer_state(trainer).prompts_used_up:
         evaluate_last_step(trainer)
 
 
 def evaluate_last_step(trainer) -> None:
     """Once the prompts are used up: evaluate the last logged step, when `last_step_left_unevaluated`."""
-    state = eval_state.STATE
+    state = eval_state.trainer_state(trainer)
     if last_step_left_unevaluated(state, trainer.args):
         evaluate_now(trainer, state.step)
 
@@ -247,6 +250,6 @@ def evaluate_now(trainer, step: int) -> None:
     --eval.dataset)."""
     if getattr(trainer, "eval_dataloader", None) is None or not hasattr(trainer, "evaluate"):
         return
-    eval_state.STATE.evaluated_step = step
+    eval_state.trainer_state(trainer).evaluated_step = step
     trainer.evaluate(step, **dict(trainer.generate_kwargs, temperature=trainer.args.eval.temperature,
                                   n_samples_per_prompt=trainer.args.eval.n_samples_per_prompt))

@@ -1,10 +1,10 @@
 """Patch 4: `--copo.metrics_file`, every step's logged metrics in a JSON-lines file.
 
 4. `BasePPOTrainer.save_logs_and_checkpoints`: appends each step's metrics (the dict OpenRLHF sends to wandb /
-   tensorboard) and the prompts drawn so far to the file, and records the step and episode for the evaluation
-   (`eval_state.STATE`); after the step's own logging it calls the hook it was installed with (the package installs
-   `evaluation.evaluate_if_prompts_ran_out`: with `--copo.eval_after_train`, the run's last step is evaluated
-   even when `--eval.steps` does not divide it).
+   tensorboard) and the prompts drawn so far to the file, and records the step and episode for the evaluation (the
+   trainer's `eval_state.trainer_state`); after the step's own logging it calls the hook it was installed with (the
+   package installs `evaluation.evaluate_if_prompts_ran_out`: with `--copo.eval_after_train`, the run's last step is
+   evaluated even when `--eval.steps` does not divide it).
 
 The evaluation patches (`evaluation.py`) append their rows here too, with `append_metrics`.
 """
@@ -43,7 +43,7 @@ def apply_metrics_file(after_logging: Callable[[object], None] = lambda trainer:
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         path = getattr(getattr(self.args, "copo", None), "metrics_file", None)
         # OpenRLHF's `evaluate` runs right after this and hands `compute_eval_metrics` (patch 5) no step
-        state = eval_state.STATE
+        state = eval_state.trainer_state(self)
         state.step, state.episode, state.metrics_file = int(global_step), (client_states or {}).get("episode"), path
         DrawCounter.save(self, client_states)  # seeded rollouts: a resumed run goes on with the run's draw counts
         if path and logs_dict:

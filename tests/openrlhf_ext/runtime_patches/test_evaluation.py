@@ -44,39 +44,39 @@ def test_greedy_evaluation_reports_accuracy_and_per_prompt_outcomes_in_file_orde
 # --- The end-of-training evaluation (`--copo.eval_after_train`: patch 6 watches the draws, patch 4 logs the step) ---
 
 
-@pytest.fixture
-def state(monkeypatch):
-    """A fresh `eval_state.STATE`, as a new training process starts with."""
-    fresh = eval_state.EvalState()
-    monkeypatch.setattr(eval_state, "STATE", fresh)
-    return fresh
+class HeldOut(list):
+    """A held-out dataloader as the patches see it: iterable, and an object the trainer's state can be kept on."""
 
 
-def fake_trainer(state, eval_steps=6, episodes=1):
+def fake_trainer(eval_steps=6, episodes=1, eval_after_train=True):
     """A trainer as `PPOTrainer.fit` sees it, with `evaluate` recording the steps it was asked for, and the state
-    patch 6 records at the start of its fit with --copo.eval_after_train."""
+    patch 6 records at the start of its fit (with --copo.eval_after_train: the draws are watched)."""
     from types import SimpleNamespace as NS
 
     trainer = NS(args=NS(eval=NS(steps=eval_steps, temperature=1.0, n_samples_per_prompt=2),
-                         train=NS(num_episodes=episodes), copo=NS(eval_after_train=True)),
-                 eval_dataloader=[0], generate_kwargs={}, evaluated=[])
+                         train=NS(num_episodes=episodes), copo=NS(eval_after_train=eval_after_train)),
+                 eval_dataloader=HeldOut([0]), generate_kwargs={}, evaluated=[])
     trainer.evaluate = lambda step, **kw: trainer.evaluated.append(step)
-    state.trainer, state.watch_draws = trainer, True
+    eval_state.trainer_state(trainer).watch_draws = eval_after_train
     return trainer
 
 
-def draws(*results):
-    """`SamplesGenerator.generate_samples` as patch 6 wraps it, drawing ``results`` in turn: each (samples, pass
-    rate, prompts consumed, exhausted)."""
+def draws(trainer, *results):
+    """`SamplesGenerator.generate_samples` of ``trainer``'s generator (which holds its held-out set), as patch 6
+    wraps it, drawing ``results`` in turn: each (samples, pass rate, prompts consumed, exhausted)."""
+    from types import SimpleNamespace as NS
+
     results = iter(results)
-    return functools.partial(evaluation.watched_prompt_draw(lambda self, **kw: next(results)), None)
+    generator = NS(eval_dataloader=trainer.eval_dataloader)
+    return functools.partial(evaluation.watched_prompt_draw(lambda self, **kw: next(results)), generator)
 
 
-def test_a_dapo_run_that_runs_out_of_prompts_mid_batch_is_evaluated_at_its_last_step(state):
+def test_a_dapo_run_that_runs_out_of_prompts_mid_batch_is_evaluated_at_its_last_step():
     """DAPO seed 1 of the benchmark: 71 of 72 prompts drawn by step 7, the last one cannot fill a batch, the
     next draw comes back empty and fit() stops; step 7 (not a multiple of --eval.steps 6) must be evaluated."""
-    trainer = fake_trainer(state)
-    draw = draws((["batch"], 0.5, 11, False), ([], None, 1, True))
+    trainer = fake_trainer()
+    state = eval_state.trainer_state(trainer)
+    draw = draws(trainer, (["batch"], 0.5, 11, False), ([], None, 1, True))
     assert draw()[3] is False
     state.step, state.episode = 7, 0  # what save_logs_and_checkpoints records for the step
     assert draw() == ([], None, 1, True)
@@ -90,38 +90,103 @@ def test_a_dapo_run_that_runs_out_of_prompts_mid_batch_is_evaluated_at_its_last_
     ((7, 1), 2, None, [7]),   # the last episode's end
     ((0, None), 1, None, []),  # no step was made: nothing to evaluate after training
 ])
-def test_the_end_of_the_prompts_evaluates_the_last_step_once(state, logged, episodes, evaluated_before, expected):
-    trainer = fake_trainer(state, episodes=episodes)
+def test_the_end_of_the_prompts_evaluates_the_last_step_once(logged, episodes, evaluated_before, expected):
+    trainer = fake_trainer(episodes=episodes)
+    state = eval_state.trainer_state(trainer)
     state.step, state.episode = logged
     state.evaluated_step = evaluated_before
-    draws(([], None, 0, True))()
+    draws(trainer, ([], None, 0, True))()
     assert trainer.evaluated == expected
 
 
-def test_a_draw_that_uses_up_the_prompts_with_a_batch_is_flagged_for_the_steps_logging(state):
+def test_a_draw_that_uses_up_the_prompts_with_a_batch_is_flagged_for_the_steps_logging():
     """A draw that hits the end of the prompts while still filling a batch returns that batch: fit() trains on
     it, logs the step (whose logging then evaluates it) and stops. Nothing is evaluated at the draw itself."""
-    trainer = fake_trainer(state)
-    draws((["partial batch"], 0.5, 2, True))()
+    trainer = fake_trainer()
+    state = eval_state.trainer_state(trainer)
+    draws(trainer, (["partial batch"], 0.5, 2, True))()
     assert state.prompts_used_up is True and trainer.evaluated == []
     state.step, state.episode = 5, 0
     evaluation.evaluate_if_prompts_ran_out(trainer)
     assert trainer.evaluated == [5]
 
 
-def test_unwatched_draws_pass_through_and_record_nothing(state):
+def test_unwatched_draws_pass_through_and_record_nothing():
     """Without --copo.eval_after_train (patch 6 then records watch_draws False), a draw that uses up the prompts
     is returned as it is and evaluates nothing, as OpenRLHF's own draw."""
-    trainer = fake_trainer(state)
-    state.watch_draws = False
+    trainer = fake_trainer(eval_after_train=False)
+    state = eval_state.trainer_state(trainer)
     state.step, state.episode = 7, 0
-    assert draws(([], None, 0, True))() == ([], None, 0, True)
+    assert draws(trainer, ([], None, 0, True))() == ([], None, 0, True)
     assert state.prompts_used_up is False and trainer.evaluated == []
 
 
-def test_patch_5_takes_the_greedy_samples_and_time_of_its_own_evaluation_once(state):
+def test_two_trainers_in_one_process_each_keep_their_own_evaluation_state(tmp_path, monkeypatch):
+    """Two trainers in one process, their steps interleaved, through the real patches 4, 5 and 6 (OpenRLHF's own
+    functions under them stubbed): each evaluation's row goes to its own trainer's metrics file at its own step, and
+    one trainer's prompts running out evaluates that trainer alone. With one state per process, the second trainer's
+    logging sent the first one's evaluation row to the second one's file at its step, and the first one's end of
+    prompts evaluated the second."""
+    import json
+    from types import SimpleNamespace as NS
+
+    import openrlhf.trainer.ppo_trainer as ppo_trainer
+    from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+
+    from openrlhf_copo.openrlhf_ext.runtime_patches import metrics_file, versions
+
+    def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
+        pass
+
+    def init_checkpoint_states(self):
+        return {"global_step": 0}
+
+    def compute_eval_metrics(eval_dataloader, samples_list, n_samples_per_prompt):
+        return {"eval_x_mean2": 0.5}
+
+    # OpenRLHF's own, stubbed where the patches wrap them; all restored after the test
+    monkeypatch.setattr(BasePPOTrainer, "save_logs_and_checkpoints", save_logs_and_checkpoints)
+    monkeypatch.setattr(BasePPOTrainer, "init_checkpoint_states", init_checkpoint_states)
+    monkeypatch.setattr(BasePPOTrainer, versions.PATCHED_ATTR, False, raising=False)
+    monkeypatch.setattr(SamplesGenerator, "generate_samples", SamplesGenerator.generate_samples)
+    monkeypatch.setattr(ppo_trainer, "compute_eval_metrics", compute_eval_metrics)
+    metrics_file.apply_metrics_file(after_logging=evaluation.evaluate_if_prompts_ran_out)
+    evaluation.apply_eval_majority()
+    evaluation.apply_eval_before_train()
+
+    def trainer(name):
+        made = NS(args=NS(eval=NS(steps=6, temperature=1.0, n_samples_per_prompt=2), train=NS(num_episodes=1),
+                          copo=NS(eval_after_train=True, metrics_file=str(tmp_path / f"{name}.jsonl"))),
+                  eval_dataloader=HeldOut([0]), generate_kwargs={}, evaluated=[])
+        made.evaluate = lambda step, **kw: made.evaluated.append(step)
+        BasePPOTrainer.init_checkpoint_states(made)  # patch 6: the start of its fit
+        return made
+
+    first, second = trainer("first"), trainer("second")
+    BasePPOTrainer.save_logs_and_checkpoints(first, 3, {"reward": 0.1}, {"episode": 0})  # patch 4
+    BasePPOTrainer.save_logs_and_checkpoints(second, 7, {"reward": 0.2}, {"episode": 0})
+    ppo_trainer.compute_eval_metrics(first.eval_dataloader, [], 2)  # the first trainer's evaluation (patch 5)
+
+    def rows(name):
+        return [{k: v for k, v in json.loads(line).items() if k != "time"}
+                for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+
+    assert rows("first") == [{"step": 3, "reward": 0.1}, {"step": 3, "eval": 1.0, "eval_x_mean2": 0.5}]
+    assert rows("second") == [{"step": 7, "reward": 0.2}]
+
+    # the first trainer's draw uses up its prompts: its step's logging evaluates it, the other trainer's does not
+    generator = NS(eval_dataloader=first.eval_dataloader)
+    evaluation.watched_prompt_draw(lambda self, **kw: (["batch"], 1.0, 2, True))(generator)
+    evaluation.evaluate_if_prompts_ran_out(second)
+    evaluation.evaluate_if_prompts_ran_out(first)
+    assert (first.evaluated, second.evaluated) == ([3], [])
+
+
+def test_patch_5_takes_the_greedy_samples_and_time_of_its_own_evaluation_once():
     """Patch 8 leaves an evaluation's greedy samples and generation time for patch 5 of the same evaluation; once
     taken they are gone, so a later evaluation without --copo.eval_greedy cannot report them again."""
+    state = eval_state.EvalState()
     state.greedy_samples, state.generate_seconds = ["g"], 0.0
     assert state.take_evaluation_extras() == (["g"], 0.0)
     assert state.take_evaluation_extras() == (None, None)

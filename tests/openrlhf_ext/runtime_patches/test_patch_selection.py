@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from openrlhf_copo.contract import PATCHES_ENV
-from openrlhf_copo.openrlhf_ext import driver
+from openrlhf_copo.openrlhf_ext import device, driver
 from openrlhf_copo.openrlhf_ext.runtime_patches import patches_env, patches_for
 from tests_support import copo_argv
 
@@ -27,7 +27,8 @@ from tests_support import copo_argv
 def test_which_patches_a_run_gets(load_args, extra, expected):
     args = load_args(copo_argv(*extra))
     assert set(patches_for(args)) == expected
-    env = driver.ray_init_kwargs(args, {})["runtime_env"]["env_vars"]
+    on_cuda = device.DeviceDecision(device.CUDA, "--copo.device cuda")
+    env = driver.ray_init_kwargs(args, {}, on_cuda)["runtime_env"]["env_vars"]
     assert env[PATCHES_ENV] == ",".join(map(str, sorted(expected)))
 
 
