@@ -36,7 +36,8 @@ sys.path.insert(1, str(REPO / "benchmarks"))  # `mixed_setting` imports learning
 from openrlhf_copo import compare  # noqa: E402
 from openrlhf_copo.cpu_demo import job  # noqa: E402
 from openrlhf_copo.files import write_atomic  # noqa: E402
-from openrlhf_copo.regimes_table import AT_G, TABLE_METHODS, column, which_method_when, write_table  # noqa: E402
+from openrlhf_copo.regimes_table import (AT_G, TABLE_METHODS, column, decision_table, table_data,  # noqa: E402
+                                         which_method_when, write_table)
 
 RESULTS = REPO / "benchmarks" / "results" / "regimes"
 
@@ -220,8 +221,8 @@ REGIME_RUNS = {"mixed": (REPO / "benchmarks" / "results" / "learning_curve", 4, 
                "plateau-lr1e-05": (RESULTS / "plateau-lr1e-05", G, 1e-5),
                **{run_folder(r, environment=PINNED_VLLM).name: (run_folder(r, environment=PINNED_VLLM), g, job.LR)
                   for r, g in (("hard", G), ("plateau", G), ("mixed", 4))}}
-#: The README's copy of the which-method-when table sits between these lines; `report` rewrites it.
-README, README_MARKERS = REPO / "README.md", ("<!-- which-method-when -->", "<!-- /which-method-when -->")
+#: The README's decision table (`regimes_table.decision_table`) sits between these lines; `report` rewrites it.
+README, README_MARKERS = REPO / "README.md", ("<!-- decision-table -->", "<!-- /decision-table -->")
 
 
 def generated_tokens(row: dict) -> float:
@@ -336,10 +337,10 @@ def collect() -> Dict[str, dict]:
 
 
 def readme_with_table(readme: str, table: str) -> str:
-    """The README's text with the which-method-when table between its markers replaced by ``table``."""
+    """The README's text with the decision table between its markers replaced by ``table``."""
     start, end = README_MARKERS
     if readme.count(start) != 1 or readme.count(end) != 1:
-        raise SystemExit(f"{README}: expected one '{start}' and one '{end}' around the which-method-when table")
+        raise SystemExit(f"{README}: expected one '{start}' and one '{end}' around the decision table")
     head, rest = readme.split(start)
     return head + start + "\n" + table + "\n" + end + rest.split(end)[1]
 
@@ -500,7 +501,7 @@ def plot_start_curve(curve: List[dict], path: Path) -> None:
 
 def report() -> Dict[str, dict]:
     """regimes.md (per regime the tool's table, then the which-method-when table), regimes.json and regimes.png; the
-    README's copy of the which-method-when table; and the package's copy of what the probe compares against
+    README's decision table (`regimes_table.decision_table`); and the package's copy of what the probe compares against
     (`regimes_table.write_table`)."""
     from openrlhf_copo.files import write_json
 
@@ -518,7 +519,9 @@ def report() -> Dict[str, dict]:
                      "control\"):", "", controls_markdown(res), ""]
     table = which_method_when_with_notes(results)
     text += ["## Which method when", "", table, ""]
-    README.write_text(readme_with_table(README.read_text(), which_method_when_with_notes(results, diagnostics=False)))
+    data = table_data(results)
+    text[2:2] = ["## What to use: the decision table (the README's copy)", "", decision_table(data, evidence=""), ""]
+    README.write_text(readme_with_table(README.read_text(), decision_table(data)))
     start = RESULTS / "plateau_start" / "metrics.jsonl"
     if start.exists():
         curve = start_curve(start)

@@ -94,8 +94,9 @@ def nearest_regimes(probed: Dict[str, float], regimes: Dict[str, dict],
 
 
 def regime_section(probed: Dict[str, float], G: int, table: Path = regimes_table.TABLE_FILE) -> List[str]:
-    """The report's lines on the nearest regime: its step-1 shares and the which-method-when table's column for it, as
-    `benchmarks/regimes.py report` writes it into the README (``table``: the package's copy, `regimes_table`)."""
+    """The report's lines on the nearest regime: its step-1 shares, the which-method-when table's columns for it, and
+    last the README's decision for it (`regimes_table.decision_line`: the method, its flags, its cost in generated
+    tokens and the evidence), all from the package's copy of the table (``table``, `regimes_table`)."""
     if not table.is_file():
         return [f"No which-method-when table to compare with: {table} (package data, written by "
                 "`benchmarks/regimes.py report`) is missing from this installation."]
@@ -104,6 +105,10 @@ def regime_section(probed: Dict[str, float], G: int, table: Path = regimes_table
     if not nearest:
         return [f"No regime of {table} has GRPO runs to compare with."]
     lines, shown = [], {name for _, name in nearest}
+    if len(nearest) > 1:
+        lines += [f"The nearest regime was measured on {len(nearest)} version sets (vLLM's CPU builds draw other "
+                  "responses from the same seeds, so each set's runs are paired only with each other): each is a "
+                  "column of its own, nearest first.", ""]
     for dist, name in nearest:
         res = regimes[name]
         first = res["table"]["grpo"]["first_step"]
@@ -113,7 +118,8 @@ def regime_section(probed: Dict[str, float], G: int, table: Path = regimes_table
                      (f"; its G is {res['G']}, this probe's {G}" if res["G"] != G else "") + ".")
     lines += ["", "Its measured results (the which-method-when table, on the CPU with SmolLM2-135M):", "",
               regimes_table.which_method_when({name: res for name, res in regimes.items() if name in shown},  # README order
-                                              diagnostics=False)]
+                                              diagnostics=False),
+              "", regimes_table.decision_line(regimes_table.regime_of(nearest[0][1]), regimes)]
     return lines
 
 
@@ -153,9 +159,10 @@ def report(record: dict, wall_seconds: float, table: Path = regimes_table.TABLE_
               f"mixed split keeps w_local >= 0.99 at rho <= {rho_keeping_every_split(G, s['gamma'], s['entropy_base'])}"
               f" (gamma {s['gamma']:g}). Under zero control (--copo.zero_control {s['zero_control']}) an all-incorrect "
               "group's w_local is 0 whatever its split.", ""]
+    lines += [f"Took {wall_seconds:.0f} s: the run's start (Ray, vLLM, the actor under DeepSpeed), generating "
+              f"{n} x {G} responses, their rewards and the advantage step; no model forward, no training.", ""]
+    # last, so that the report ends with what to run (the README's decision table's row for the nearest regime)
     lines += regime_section({k: share[k] for k in ("mixed", "all_correct", "all_incorrect")}, G, table)
-    lines += ["", f"Took {wall_seconds:.0f} s: the run's start (Ray, vLLM, the actor under DeepSpeed), generating "
-              f"{n} x {G} responses, their rewards and the advantage step; no model forward, no training."]
     return "\n".join(lines)
 
 

