@@ -14,7 +14,6 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))  # `tests_support`: helpers shared by the tests
 
@@ -47,6 +46,8 @@ def load_args():
 def tiny_model_dir(tmp_path_factory) -> str:
     """A random 2-layer Qwen2 (hidden 64), saved as an ordinary HF folder."""
     from transformers import AutoModelForCausalLM, Qwen2Config
+
+    import torch
 
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -118,6 +119,8 @@ def gloo_world():
 def cpu_path():
     """The package's own CPU device path (what every worker of a CPU run installs), in this process."""
     from openrlhf_copo.openrlhf_ext import cpu
+
+    import torch
 
     assert not torch.cuda.is_available(), "these tests exercise the CPU path; this machine has CUDA"
     assert cpu.apply()

@@ -10,9 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
-from openrlhf.trainer.ppo_utils.experience import Experience
 from quick_tier import descendants  # noqa: F401  (the end-to-end tests kill their own run's workers with it)
 
 
@@ -193,6 +190,9 @@ def cli_exit_here(argv: list, capfd) -> tuple:
 def make_rollout(rewards, answer_ids, prompt_len: int = 3, seed: int = 0):
     """One real OpenRLHF `Experience` per response, laid out as OpenRLHF's samples generator makes them:
     [1, T] sequences, prompt then response, per-sample info from the reward function's extra_logs."""
+    import torch
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
     g = torch.Generator().manual_seed(seed)
     samples = []
     for b, (row_r, row_id) in enumerate(zip(rewards, answer_ids)):
