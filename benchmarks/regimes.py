@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(1, str(REPO / "benchmarks"))  # `mixed_setting` imports learning_curve.py: scripts, not a package
 
 from openrlhf_copo import compare  # noqa: E402
+from openrlhf_copo.compare_runs import comparison_lock  # noqa: E402
 from openrlhf_copo.cpu_demo import job  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "regimes"
@@ -618,7 +619,8 @@ def main(argv: List[str] = None) -> int:
         return 0
     out = run_folder(args.regime, args.lr)
     methods = [compare.BASELINE] + [m for m in args.methods if m != compare.BASELINE]
-    compare.run_all(SETTINGS[args.regime](lr=args.lr), methods, args.seeds, out)
+    with comparison_lock(out):  # as `compare` holds its --out: one command at a time in a regime's folder
+        compare.run_all(SETTINGS[args.regime](lr=args.lr), methods, args.seeds, out)
     return 0
 
 

@@ -551,7 +551,7 @@ FAILED = "failed.json"
 def prepare_run_folder(directory: Path, setting: Setting, record: dict, step0: bool) -> Optional[int]:
     """The run folder made ready for a run: the step it goes on from (`compare_runs.resume_step`: its newest usable
     checkpoint, made with the same settings and method flags), or None after clearing it for a run from the start."""
-    from openrlhf_copo.compare_runs import resume_step
+    from openrlhf_copo.compare_runs import RunLock, resume_step
 
     started = directory / STARTED
     same = started.exists() and json.loads(started.read_text()) == record
@@ -560,7 +560,7 @@ def prepare_run_folder(directory: Path, setting: Setting, record: dict, step0: b
     if step is None:
         if directory.exists():
             for p in directory.glob("*"):
-                if p.is_file():
+                if p.is_file() and p.name not in RunLock(directory).files:  # the lock this command holds stays
                     p.unlink()
         shutil.rmtree(directory / "scratch", ignore_errors=True)
         directory.mkdir(parents=True, exist_ok=True)
@@ -573,8 +573,8 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
     """One run, unless it finished before (its `done.json`): a rerun resumes the comparison where it stopped, and a
     run that stopped goes on from its own newest checkpoint (`Setting.save_every`). A finished run made with other
     settings (done.json's ``settings``) or other method flags is refused, naming them; one finished before settings
-    were recorded is kept with a warning. A folder whose training child is still running is not touched
-    (`compare_runs.RunLock`). A run that fails raises `compare_runs.RunFailed`, its checkpoints kept."""
+    were recorded is kept with a warning. A folder that another command is running, or whose training child still
+    runs, is not touched (`compare_runs.RunLock`, held until the run's markers are written). A run that fails raises `compare_runs.RunFailed`, its checkpoints kept."""
     from openrlhf_copo.compare_runs import RunFailed, RunLock, check_steps, run_child
 
     directory = run_dir(out, method, seed)
@@ -584,33 +584,33 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
         info = json.loads(marker.read_text())
         check_finished_run(directory, info, method, settings)
         return info
-    lock = RunLock(directory)
-    lock.refuse_if_running()
-    resumed = prepare_run_folder(directory, setting, {"settings": settings, **method_record(method)}, step0)
-    train, episodes = train_file(setting, out)
-    argv = run_argv(setting, method, seed, directory, train, step0, episodes)
-    log = directory / "train.log"
-    if resumed:
-        with open(log, "a") as f:
-            f.write(f"\nopenrlhf_copo.compare: going on from the checkpoint of step {resumed}\n")
-    t0 = time.time()
-    rc = run_child([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], log, lock,
-                   env={**os.environ, "PYTHONUNBUFFERED": "1"}, append=bool(resumed))
-    wall = time.time() - t0
-    wrong = check_steps(directory / "metrics.jsonl") if rc == 0 else None
-    if rc != 0 or wrong:
-        raise RunFailed(f"[{method} seed {seed}] failed ({f'exit {rc}' if rc else wrong}); log: {log}", rc or 1, log)
-    info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1), "settings": settings,
-            **method_record(method), "episodes": episodes, "prompts": prompt_plan(setting, out),
-            "environment": environment()}
-    if resumed:
-        info["resumed_from_step"] = resumed
-    if setting.start:
-        info["start_sha256"] = start_fingerprint(setting.start)
-    with atomic_path(marker) as tmp:
-        tmp.write_text(json.dumps(info))
-    shutil.rmtree(directory / "scratch", ignore_errors=True)  # only now: a failed run keeps its checkpoints
-    (directory / FAILED).unlink(missing_ok=True)
+    with RunLock(directory) as lock:  # held until the run's markers are written
+        resumed = prepare_run_folder(directory, setting, {"settings": settings, **method_record(method)}, step0)
+        train, episodes = train_file(setting, out)
+        argv = run_argv(setting, method, seed, directory, train, step0, episodes)
+        log = directory / "train.log"
+        if resumed:
+            with open(log, "a") as f:
+                f.write(f"\nopenrlhf_copo.compare: going on from the checkpoint of step {resumed}\n")
+        t0 = time.time()
+        rc = run_child([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], log, lock,
+                       env={**os.environ, "PYTHONUNBUFFERED": "1"}, append=bool(resumed))
+        wall = time.time() - t0
+        wrong = check_steps(directory / "metrics.jsonl") if rc == 0 else None
+        if rc != 0 or wrong:
+            raise RunFailed(f"[{method} seed {seed}] failed ({f'exit {rc}' if rc else wrong}); log: {log}", rc or 1,
+                            log)
+        info = {"method": method, "seed": seed, "wall_seconds": round(wall, 1), "settings": settings,
+                **method_record(method), "episodes": episodes, "prompts": prompt_plan(setting, out),
+                "environment": environment()}
+        if resumed:
+            info["resumed_from_step"] = resumed
+        if setting.start:
+            info["start_sha256"] = start_fingerprint(setting.start)
+        with atomic_path(marker) as tmp:
+            tmp.write_text(json.dumps(info))
+        shutil.rmtree(directory / "scratch", ignore_errors=True)  # only now: a failed run keeps its checkpoints
+        (directory / FAILED).unlink(missing_ok=True)
     return info
 
 

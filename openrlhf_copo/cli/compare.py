@@ -13,7 +13,9 @@ copo_selective_rho04), the paired flags or one of the tool's own (`--rollout.n_s
 x prompts per step prompts, from as many distinct ones as the data and the steps allow (`compare.prompt_plan`).
 `--dry_run` prints every run's command, the prompts and passes, the held-out sources and the estimated cost, and
 starts nothing. Runs are resumable: a finished run made with the same settings is kept, one made with others (or
-with other method flags) is refused, naming the flag; a run that stopped goes on from its newest checkpoint. A run
+with other method flags) is refused, naming the flag; a run that stopped goes on from its newest checkpoint. SIGTERM
+or Ctrl-C to the command ends the running training child with its Ray cluster within seconds (SIGKILL: the child gets
+SIGTERM from the kernel); while a comparison runs, a second one on the same --out is refused at once. A run
 that fails is reported and the others go on; the command then exits 1, listing the failed runs. The report
 (`report.md`, `report.json` under --out, with the runs' settings and prompts) gives each method minus GRPO on the
 same held-out prompts, pooled and per source, per seed and with a 95% interval (over seeds, or over one seed's
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import List, Optional
 
 from openrlhf_copo import compare
+from openrlhf_copo.compare_runs import comparison_lock
+from openrlhf_copo.processes import Stopped
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -123,10 +127,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.dry_run:
         print(compare.plan_text(compare.plan(setting, methods, seeds, args.out)))
         return 0
-    infos = compare.run_all(setting, methods, seeds, args.out)
-    if infos:
-        write_report(args.out, infos, setting.samples_per_prompt, args.target_difference)
-    return exit_status(compare.failed_runs(args.out, methods, seeds))
+    with comparison_lock(args.out):  # one comparison at a time in a folder: a second is refused at once
+        try:
+            infos = compare.run_all(setting, methods, seeds, args.out)
+        except Stopped as stop:
+            print(f"compare: stopped by {stop.name}; each run's training child and Ray cluster were ended. The same "
+                  "command goes on from each unfinished run's newest checkpoint", file=sys.stderr)
+            raise
+        if infos:
+            write_report(args.out, infos, setting.samples_per_prompt, args.target_difference)
+        return exit_status(compare.failed_runs(args.out, methods, seeds))
 
 
 def exit_status(failed: List[dict]) -> int:
