@@ -245,11 +245,21 @@ def run_child(cmd: Sequence[str], log: Path, lock: Optional["FolderLock"], env: 
         return child.wait()
 
 
+def _resource_tracker() -> Optional[int]:
+    """The pid of this process's multiprocessing resource tracker, if it started one. It ignores SIGTERM and SIGINT
+    by design, and ends by itself when this process ends, after unlinking the shared memory its users left
+    (vLLM's message queues): not one to kill."""
+    from multiprocessing import resource_tracker
+
+    return getattr(resource_tracker._resource_tracker, "_pid", None)  # the stdlib's one tracker per process
+
+
 @contextmanager
 def ending_children(grace: float = GRACE_S) -> Iterator[None]:
     """For a process whose children a library starts (vLLM's engine core): SIGTERM and SIGINT raise `Stopped` while
     the block runs, and the processes that were started below this one during the block and still run when it ends
-    get SIGTERM, and SIGKILL after ``grace`` seconds. Those below it before the block are left alone."""
+    get SIGTERM, and SIGKILL after ``grace`` seconds. Those below it before the block are left alone, and so is this
+    process's multiprocessing resource tracker, which ends with it (`_resource_tracker`)."""
     me = psutil.Process()
     before = {(p.pid, p.create_time()) for p in me.children(recursive=True)}
     with stopping_on_signals():
@@ -257,10 +267,11 @@ def ending_children(grace: float = GRACE_S) -> Iterator[None]:
             yield
         finally:
             with _signals_held():
+                before.add((_resource_tracker(), None))
                 started = []
                 for p in me.children(recursive=True):
                     try:
-                        if (p.pid, p.create_time()) not in before:
+                        if (p.pid, p.create_time()) not in before and (p.pid, None) not in before:
                             started.append(p)
                     except psutil.NoSuchProcess:
                         pass

@@ -104,26 +104,32 @@ def test_a_command_killed_outright_takes_its_child_with_it(tmp_path):
 
 ENDING_CHILDREN = textwrap.dedent("""
     import subprocess, sys, time
+    from multiprocessing import resource_tracker
     from openrlhf_copo.processes import ending_children
     sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
     before = subprocess.Popen(sleep)
     with ending_children():
         during = subprocess.Popen(sleep)  # as vLLM starts its engine core
-        print(before.pid, during.pid, flush=True)
+        resource_tracker.ensure_running()  # as vLLM's shared memory starts it
+        print(before.pid, during.pid, resource_tracker._resource_tracker._pid, flush=True)
         time.sleep(120)
 """)
 
 
 def test_the_processes_a_library_started_in_the_block_end_with_it_and_no_others(tmp_path):
+    """The resource tracker ignores SIGTERM and ends by itself once its process has (after unlinking the shared
+    memory left behind): the ending neither waits out the grace period for it nor kills it."""
     proc = subprocess.Popen([sys.executable, "-c", ENDING_CHILDREN], stdout=subprocess.PIPE, text=True, env=ENV)
-    before, during = map(int, proc.stdout.readline().split())
+    before, during, tracker = map(int, proc.stdout.readline().split())
     try:
+        started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-        assert gone(during, 5)
+        assert time.monotonic() - started < 15  # processes.GRACE_S is 30
+        assert gone(during, 5) and gone(tracker, 10)
         assert alive(before, None)  # not started in the block: not the block's to end
     finally:
-        kill_if_running(proc.pid, before, during)
+        kill_if_running(proc.pid, before, during, tracker)
 
 
 # --- a process by pid and start time ---
