@@ -56,7 +56,10 @@ def compared(tmp_path_factory):
         first = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 1200
         while not latest.exists():
-            assert first.poll() is None and time.time() < deadline, (tmp / "first.log").read_text()[-3000:]
+            if first.poll() is not None or time.time() > deadline:
+                first.terminate()  # its run and that run's Ray cluster with it
+                first.wait()
+                raise AssertionError((tmp / "first.log").read_text()[-3000:])
             time.sleep(0.5)
         tree = psutil.Process(first.pid).children(recursive=True)  # the training child and its Ray cluster
         assert json.loads((run / "run.lock.json").read_text())["child"] in {p.pid for p in tree}
