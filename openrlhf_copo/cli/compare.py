@@ -14,8 +14,9 @@ x prompts per step prompts, from as many distinct ones as the data and the steps
 `--dry_run` prints every run's command, the prompts and passes, the held-out sources and the estimated cost, and
 starts nothing. Runs are resumable: a finished run made with the same settings is kept, one made with others (or
 with other method flags) is refused, naming the flag; a run that stopped goes on from its newest checkpoint. SIGTERM
-or Ctrl-C to the command ends the running training child with its Ray cluster within seconds (SIGKILL: the child gets
-SIGTERM from the kernel); while a comparison runs, a second one on the same --out is refused at once. A run
+or Ctrl-C to the command ends the running training child with its Ray cluster (SIGTERM to the child, which shuts the
+cluster down; SIGKILL to whatever is left after 30 s) before it exits; killed outright, the command's child gets
+SIGTERM from the kernel. While a comparison runs, a second one on the same --out is refused at once. A run
 that fails is reported and the others go on; the command then exits 1, listing the failed runs. The report
 (`report.md`, `report.json` under --out, with the runs' settings and prompts) gives each method minus GRPO on the
 same held-out prompts, pooled and per source, per seed and with a 95% interval (over seeds, or over one seed's

@@ -1,6 +1,6 @@
 """Stopping a command stops all of it (issue 68, part 2b): each entry point a user starts that starts a training run or
 a vLLM engine below it, sent SIGTERM (a scheduler's stop: Slurm, Kubernetes, `timeout`, `kill PID`) or SIGINT (a
-terminal's Ctrl-C, sent to the command's pid alone here, as `kill -INT` does), ends within seconds and leaves no
+terminal's Ctrl-C, sent to the command's pid alone here, as `kill -INT` does), ends within a minute and leaves no
 process of its tree running: the CPU demo job, `compare`, benchmarks/regimes.py, the probe and the evaluation.
 
 Each case starts the command for real and sends the signal as soon as what it must end has begun: its training
