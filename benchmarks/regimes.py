@@ -650,7 +650,8 @@ def main(argv: List[str] = None) -> int:
         return 0
     out = run_folder(args.regime, args.lr)
     methods = [compare.BASELINE] + [m for m in args.methods if m != compare.BASELINE]
-    compare.run_all(SETTINGS[args.regime](lr=args.lr), methods, args.seeds, out)
+    with compare.comparison_lock(out):  # as `compare` holds its --out: one command at a time in a regime's folder
+        compare.run_all(SETTINGS[args.regime](lr=args.lr), methods, args.seeds, out)
     return 0
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -215,14 +214,16 @@ def probe_argv(model: str, train: Path, record: Path, scratch: Path, prompts: in
 
 def run(argv: List[str], out: Path) -> tuple:
     """Runs the probe's train_ppo_ray (log: ``out``/probe.log); (its record, the wall seconds). A run that ends
-    without its record stops here with one line naming the log."""
+    without its record stops here with one line naming the log. The run is ended with its whole tree (its local Ray
+    cluster) when this process ends or gets SIGTERM or SIGINT (`processes.run_child`)."""
+    from openrlhf_copo.processes import run_child
+
     record_path = out / "probe.json"
     record_path.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    with open(out / "probe.log", "w") as log:
-        rc = subprocess.call([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], stdout=log,
-                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    rc = run_child([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], out / "probe.log", None,
+                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
     wall = time.time() - t0
     if rc != 0 or not record_path.exists():
         raise SystemExit(f"the probe's run failed (exit {rc}) before its first rollout batch was measured; log: "

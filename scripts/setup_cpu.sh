@@ -64,8 +64,8 @@ cp -r "$ROOT/cpu/stubs/flash_attn" "$SITE/flash_attn"
 # pytest pinned below 9.2: pytest 9.2 no longer takes the node id pytest-xdist 3.8 rewrites for --dist loadgroup, so the
 # heavy tests' group is silently ignored and two training runs share the machine (pytest-dev/pytest-xdist#1386;
 # tests/test_quick_tier.py::test_under_xdist_one_worker_runs_every_heavy_test fails on 9.2.0)
-"${PIP[@]}" -c "$CONS" "math-verify[antlr4_13_2]==0.9.0" "scipy==1.15.3" "pytest==9.1.1" "pytest-xdist==3.8.0" matplotlib \
-    "gguf==0.19.0" "reasoning-gym==0.1.25"
+"${PIP[@]}" -c "$CONS" "math-verify[antlr4_13_2]==0.9.0" "scipy==1.15.3" "psutil>=5.9" "filelock>=3.16" \
+    "pytest==9.1.1" "pytest-xdist==3.8.0" matplotlib "gguf==0.19.0" "reasoning-gym==0.1.25"
 "$VPY" -m pip uninstall -y -q triton 2>/dev/null || true
 "$VPY" - <<'PYEOF'
 import torch, vllm, deepspeed, ray, openrlhf, transformers, math_verify  # noqa: F401

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from pathlib import Path
 from typing import Optional, Tuple
 
+import psutil
 import pytest
 
 MARK = "heavy"  # registered in pyproject.toml
@@ -24,23 +24,20 @@ POLL_S = 0.5  # a Ray cluster or a vLLM engine takes seconds to start and lives 
 
 
 def descendants(pid: int, pruned=lambda pid: False) -> set:
-    """Every process below ``pid`` (a run's driver: its local Ray cluster and workers), from /proc, leaving out those
-    for which ``pruned`` is true and everything below them. Tests kill only their own run's workers, never another Ray
-    job's on the same machine."""
-    children = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
+    """The pids of every process below ``pid`` (a run's driver: its local Ray cluster and workers; psutil), leaving out
+    those for which ``pruned`` is true and everything below them. Tests kill only their own run's workers, never
+    another Ray job's on the same machine."""
+    try:
+        below = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return set()
+    out = {p.pid for p in below}
+    for p in below:
+        if p.pid in out and pruned(p.pid):
             try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out and not pruned(child):
-                out.add(child)
-                todo.append(child)
+                out -= {p.pid} | {q.pid for q in p.children(recursive=True)}
+            except psutil.NoSuchProcess:
+                out.discard(p.pid)
     return out
 
 
@@ -49,22 +46,23 @@ def judged_apart(pid: int, watcher: int) -> bool:
     (tests/test_quick_tier.py runs one over tests written to start such processes): started with NESTED_ENV set to
     ``watcher``'s pid. What it and its tests start is its to judge, not ``watcher``'s."""
     try:
-        return f"{NESTED_ENV}={watcher}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
+        return psutil.Process(pid).environ().get(NESTED_ENV) == str(watcher)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
 
 
 def heavy_process(pid: int) -> str | None:
     """What process ``pid`` is if it belongs to a Ray cluster or a vLLM engine ("raylet", "VLLM::EngineCore"), else
-    None: the executable's name for Ray's, the title vLLM sets (in argv, read back from /proc) for its engine."""
+    None: the executable's name for Ray's, the title vLLM sets (its argv, as psutil reads it back) for its engine."""
     try:
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-    except OSError:  # ended meanwhile
+        process = psutil.Process(pid)
+        name, argv = process.name(), process.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):  # ended meanwhile
         return None
-    if comm in RAY_EXECUTABLES:
-        return comm
-    return argv0.split()[0] if argv0.startswith(VLLM_TITLE) else None
+    if name in RAY_EXECUTABLES:
+        return name
+    title = argv[0].split()[0] if argv and argv[0].split() else ""
+    return title if title.startswith(VLLM_TITLE) else None
 
 
 def add_option(parser) -> None:

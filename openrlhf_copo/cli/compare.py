@@ -16,7 +16,10 @@ The flags after `--` are read by train_ppo_ray's own parser: one it does not kno
 device the runs take on this machine (each refusal named under its command; then the exit status is 1), the prompts
 and passes, the held-out sources, what the seeds' interval can be and the estimated cost, and starts nothing. Runs are
 resumable: a finished run made with the same settings (its files compared by content) is kept, one made with others
-(or with other method flags) is refused, naming the flag; a run that stopped goes on from its newest checkpoint. A run
+(or with other method flags) is refused, naming the flag; a run that stopped goes on from its newest checkpoint.
+SIGTERM or Ctrl-C to the command ends the running training child with its Ray cluster (SIGTERM to the child, which
+shuts the cluster down; SIGKILL to whatever is left after 30 s) before it exits; killed outright, the command's child
+gets SIGTERM from the kernel. While a comparison runs, a second one on the same --out is refused at once. A run
 that fails, or stops short of --steps, is reported and the others go on; the command then exits 1, listing the failed
 runs. The report (`report.md`, `report.json` under --out, with the runs' settings and prompts) gives each method minus
 GRPO on the same held-out prompts, pooled and per source, per seed and with a 95% interval (over seeds, or over one
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from openrlhf_copo import compare
+from openrlhf_copo.processes import Stopped
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -140,10 +144,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         plan = compare.plan(setting, methods, seeds, args.out)
         print(compare.plan_text(plan))
         return 1 if any(r["refused"] for r in plan["runs"]) else 0
-    infos = compare.run_all(setting, methods, seeds, args.out)
-    if infos:
-        write_report(args.out, infos, setting.samples_per_prompt, args.target_difference)
-    return exit_status(compare.failed_runs(args.out, methods, seeds))
+    with compare.comparison_lock(args.out):  # one comparison at a time in a folder: a second is refused at once
+        try:
+            infos = compare.run_all(setting, methods, seeds, args.out)
+        except Stopped as stop:
+            print(f"compare: stopped by {stop.name}; each run's training child and Ray cluster were ended. The same "
+                  "command goes on from each unfinished run's newest checkpoint", file=sys.stderr)
+            raise
+        if infos:
+            write_report(args.out, infos, setting.samples_per_prompt, args.target_difference)
+        return exit_status(compare.failed_runs(args.out, methods, seeds))
 
 
 def exit_status(failed: List[dict]) -> int:

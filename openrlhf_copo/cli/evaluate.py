@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     from openrlhf_copo.evaluation.evaluate import EvalInputError, evaluate, parse_benchmark
     from openrlhf_copo.openrlhf_ext.runtime_patches.versions import EVALUATION, VllmVersionError, check_vllm
+    from openrlhf_copo.processes import ending_children
 
     args = build_parser().parse_args(argv)
     try:  # every vLLM function and parameter the evaluation calls (`versions.VLLM_SYMBOLS`), before an engine is built
@@ -49,8 +50,11 @@ def main(argv=None) -> int:
         return 2
     try:
         benchmarks = [parse_benchmark(s, args.k) for s in args.benchmark]
-        evaluate(args.model, benchmarks, args.out, args.temperature, args.top_p, args.max_tokens, args.seed, args.name,
-                 answer_rule=args.answer_rule, dtype=args.dtype)
+        # vLLM's engine core (and the verifier's workers) are processes below this one: ended with it, also on
+        # SIGTERM or SIGINT
+        with ending_children():
+            evaluate(args.model, benchmarks, args.out, args.temperature, args.top_p, args.max_tokens, args.seed,
+                     args.name, answer_rule=args.answer_rule, dtype=args.dtype)
     except EvalInputError as e:
         print(f"evaluate: error: {e}", file=sys.stderr)
         return 2

@@ -27,7 +27,7 @@ one of the tool's settings, or that train_ppo_ray does not know, are refused bef
 command line is read by train_ppo_ray's own parser, `train_flags`); `plan` is the whole sweep, each command checked
 with the refusals it would meet on this machine, printed before anything runs (--dry_run). A run saves a checkpoint
 every `Setting.save_every` steps; one that stopped goes on from its newest on a rerun, and one that failed is recorded
-while the others go on (`run_one`, `run_all`; the process side in `openrlhf_copo.compare_runs`).
+while the others go on (`run_one`, `run_all`; the process side in `openrlhf_copo.processes`).
 
 The package, one concern a module:
 
@@ -65,9 +65,9 @@ from openrlhf_copo.compare.provenance import (FILE_FLAGS, PACKAGES, SCHEMA, chec
                                               start_fingerprint)
 from openrlhf_copo.compare.report import (FIRST_STEP_KEYS, final_point, first_step_regime, markdown, read_run, report,
                                           samples_per_prompt_of)
-from openrlhf_copo.compare.runner import (FAILED, STARTED, RunFailed, check_steps, checkpoint_tags, failed_runs,
-                                          has_every_row, prepare_run_folder, record_failure, resume_step, run_all,
-                                          run_one)
+from openrlhf_copo.compare.runner import (FAILED, STARTED, RunFailed, check_steps, checkpoint_tags, comparison_lock,
+                                          failed_runs, has_every_row, prepare_run_folder, record_failure, resume_step,
+                                          run_all, run_one)
 from openrlhf_copo.compare.setting import (FLAGS, STEP0_FLAG, Setting, due_evaluations, evaluations, run_dir,
                                            settings_of, sweep)
 from openrlhf_copo.compare.stats import (POWER, TARGET_DIFFERENCES, detectable, mean_se, paired_over_seeds,
@@ -77,7 +77,7 @@ __all__ = ["BASELINE", "FAILED", "FILE_FLAGS", "FIRST_STEP_KEYS", "FLAGS", "METH
            "RECIPE_STEP", "SAMPLE_FACTOR", "SCHEMA", "STARTED", "STEP0_FLAG", "TARGET_DIFFERENCES",
            "TOOL_FLAGS", "check_extra", "check_finished_run", "check_same_environment",
            "check_same_method_flags", "check_same_settings", "check_same_start", "check_steps",
-           "checkpoint_flags", "checkpoint_tags", "content_of", "detectable", "due_evaluations",
+           "checkpoint_flags", "checkpoint_tags", "comparison_lock", "content_of", "detectable", "due_evaluations",
            "environment", "environment_differs", "evaluations", "extra_conflicts", "failed_runs",
            "file_sha256", "final_point", "finished_runs", "first_step_regime", "has_every_row",
            "held_out_sources", "is_finished", "markdown", "mean_se", "method_flags_differ", "method_record",

@@ -6,8 +6,10 @@
                    `has_every_row`)
     check_steps    a finished run's metrics hold every step once
     RunFailed      a run that did not finish: its exit code and log
+    comparison_lock  the lock a running comparison holds on its --out: a second one there is refused at once
 
-The process side (the training child in its own process group, the lock on a run folder): `openrlhf_copo.compare_runs`.
+The process side (the training child ended with its whole tree however the comparison ends, the lock on a run
+folder): `openrlhf_copo.processes`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,15 @@ class RunFailed(SystemExit):
     def __init__(self, message: str, returncode: int, log: Path):
         super().__init__(message)
         self.returncode, self.log = returncode, log
+
+
+def comparison_lock(out: Path):
+    """The lock a running comparison (`compare`, `benchmarks/regimes.py run`) holds on its --out folder for the whole
+    command: a second one on the same folder is refused at once, naming the folder and the pid of the first. Reading
+    (--dry_run, --report_only) takes no lock."""
+    from openrlhf_copo.processes import FolderLock
+
+    return FolderLock(out, "compare", "another comparison is running in this folder", "before running another")
 
 
 _TAG_STEP = re.compile(r"(?:best_)?global_step(\d+)$")
@@ -117,7 +128,10 @@ FAILED = "failed.json"
 
 def prepare_run_folder(directory: Path, setting: Setting, record: dict, step0: bool) -> Optional[int]:
     """The run folder made ready for a run: the step it goes on from (`resume_step`: its newest usable
-    checkpoint, made with the same settings and method flags), or None after clearing it for a run from the start."""
+    checkpoint, made with the same settings and method flags), or None after clearing it for a run from the start
+    (the lock of the command that holds it stays)."""
+    from openrlhf_copo.processes import RunLock
+
     started = directory / STARTED
     same = started.exists() and json.loads(started.read_text()) == record
     step = resume_step(directory, directory / "scratch" / "ckpt" / "_actor", due_evaluations(setting, step0)) \
@@ -125,7 +139,7 @@ def prepare_run_folder(directory: Path, setting: Setting, record: dict, step0: b
     if step is None:
         if directory.exists():
             for p in directory.glob("*"):
-                if p.is_file():
+                if p.is_file() and p.name not in RunLock(directory).files:  # the lock this command holds stays
                     p.unlink()
         shutil.rmtree(directory / "scratch", ignore_errors=True)
         directory.mkdir(parents=True, exist_ok=True)
@@ -138,10 +152,11 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
     """One run, unless it finished before (its `done.json`): a rerun resumes the comparison where it stopped, and a
     run that stopped goes on from its own newest checkpoint (`Setting.save_every`). A finished run made with other
     settings (done.json's ``settings``; its files by content) or other method flags is refused, naming them; one that
-    recorded no settings is kept with a warning. A folder whose training child is still running is not touched
-    (`compare_runs.RunLock`). A run that fails, or stops short of --steps (but a method that stops early by design:
-    `methods.stops_early`), raises `RunFailed`, its checkpoints kept. Returns the run's marker as it was written."""
-    from openrlhf_copo.compare_runs import RunLock, run_child
+    recorded no settings is kept with a warning. A folder that another command is running, or whose training child
+    still runs, is not touched (`processes.RunLock`, held until the run's markers are written). A run that fails, or
+    stops short of --steps (but a method that stops early by design: `methods.stops_early`), raises `RunFailed`, its
+    checkpoints kept. Returns the run's marker as it was written."""
+    from openrlhf_copo.processes import RunLock, run_child
 
     directory = run_dir(out, method, seed)
     marker = directory / "done.json"
@@ -150,34 +165,35 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
         info = json.loads(marker.read_text())
         check_finished_run(directory, info, method, wanted)
         return info
-    lock = RunLock(directory)
-    lock.refuse_if_running()
-    resumed = prepare_run_folder(directory, setting, {**wanted, **method_record(method)}, step0)
-    train, episodes = train_file(setting, out)
-    argv = run_argv(setting, method, seed, directory, train, step0, episodes)
-    log = directory / "train.log"
-    if resumed:
-        with open(log, "a") as f:
-            f.write(f"\nopenrlhf_copo.compare: going on from the checkpoint of step {resumed}\n")
-    t0 = time.time()
-    rc = run_child([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], log, lock,
-                   env={**os.environ, "PYTHONUNBUFFERED": "1"}, append=bool(resumed))
-    wall = time.time() - t0
-    wrong = check_steps(directory / "metrics.jsonl", setting.steps, stops_early(METHODS[method])) if rc == 0 else None
-    if rc != 0 or wrong:
-        raise RunFailed(f"[{method} seed {seed}] failed ({f'exit {rc}' if rc else wrong}); log: {log}", rc or 1, log)
-    info = {"schema": SCHEMA, "method": method, "seed": seed, "wall_seconds": round(wall, 1), **wanted,
-            **method_record(method), "episodes": episodes, "prompts": prompt_plan(setting, out),
-            "environment": environment()}
-    if resumed:
-        info["resumed_from_step"] = resumed
-    if setting.start:
-        info["start_sha256"] = wanted["content"]["--start_checkpoint"]
-    with atomic_path(marker) as tmp:
-        tmp.write_text(json.dumps(info))
-    shutil.rmtree(directory / "scratch", ignore_errors=True)  # only now: a failed run keeps its checkpoints
-    (directory / FAILED).unlink(missing_ok=True)
-    compact_finished_run(directory)  # its log gzipped, progress-bar redraws dropped: the committed tree stays small
+    with RunLock(directory) as lock:  # held until the run's markers are written
+        resumed = prepare_run_folder(directory, setting, {**wanted, **method_record(method)}, step0)
+        train, episodes = train_file(setting, out)
+        argv = run_argv(setting, method, seed, directory, train, step0, episodes)
+        log = directory / "train.log"
+        if resumed:
+            with open(log, "a") as f:
+                f.write(f"\nopenrlhf_copo.compare: going on from the checkpoint of step {resumed}\n")
+        t0 = time.time()
+        rc = run_child([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], log, lock,
+                       env={**os.environ, "PYTHONUNBUFFERED": "1"}, append=bool(resumed))
+        wall = time.time() - t0
+        wrong = check_steps(directory / "metrics.jsonl", setting.steps, stops_early(METHODS[method])) \
+            if rc == 0 else None
+        if rc != 0 or wrong:
+            raise RunFailed(f"[{method} seed {seed}] failed ({f'exit {rc}' if rc else wrong}); log: {log}", rc or 1,
+                            log)
+        info = {"schema": SCHEMA, "method": method, "seed": seed, "wall_seconds": round(wall, 1), **wanted,
+                **method_record(method), "episodes": episodes, "prompts": prompt_plan(setting, out),
+                "environment": environment()}
+        if resumed:
+            info["resumed_from_step"] = resumed
+        if setting.start:
+            info["start_sha256"] = wanted["content"]["--start_checkpoint"]
+        with atomic_path(marker) as tmp:
+            tmp.write_text(json.dumps(info))
+        shutil.rmtree(directory / "scratch", ignore_errors=True)  # only now: a failed run keeps its checkpoints
+        (directory / FAILED).unlink(missing_ok=True)
+        compact_finished_run(directory)  # its log gzipped, progress-bar redraws dropped: the committed tree stays small
     return info
 
 

@@ -17,7 +17,8 @@ G = 6, nine of ten rose and none fell (docs/cpu-demo.md); the reward is 0/1 on t
 
 The training itself runs as a child process (`train_ppo_ray` with explicit flags), whose OpenRLHF log
 goes to `<run dir>/train.log`; this process shows a progress bar and one line per step read from the
-metrics file, then writes a PNG of the curves and prints a summary. The run directory holds:
+metrics file, then writes a PNG of the curves and prints a summary. SIGTERM or Ctrl-C to this process ends the
+child with its local Ray cluster (`processes.child_process`). The run directory holds:
 
     train.log  metrics.jsonl  curves.png  summary.json  tensorboard/  ckpt/  model/  (the final HF model)
 
@@ -30,7 +31,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,6 +41,7 @@ from openrlhf_copo.contract import (ALL_CORRECT, ALL_INCORRECT, CORRECT, ENTROPY
 from openrlhf_copo.evaluation.metrics import paired_difference
 from openrlhf_copo.evaluation.metrics_file import eval_rows, greedy, heldout, read_metrics, train_rows  # noqa: F401
 from openrlhf_copo.files import jsonl_rows
+from openrlhf_copo.processes import Stopped, child_process
 
 #: Sizes chosen to finish in about 10 minutes on 2 CPU cores, fresh caches included: 5.8-7.1 min in ten fresh
 #: runs on 2026-11-25; the CI machine is up to about 2x slower on some days (docs/cpu-demo.md).
@@ -210,21 +211,26 @@ def run(user_argv: List[str]) -> int:
     log_path = run_dir / "train.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
     t0 = time.time()
-    with open(log_path, "a") as log:
-        child = subprocess.Popen([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv],
-                                 stdout=log, stderr=subprocess.STDOUT, env=env)
-        shown = len(rows_before)
-        with tqdm(total=STEPS, initial=done_before, desc="COPO steps", unit="step", dynamic_ncols=True) as bar:
-            while True:
-                rc = child.poll()
-                rows = read_metrics(metrics_path)
-                for row in rows[shown:]:
-                    tqdm.write(eval_line(row) if row.get("eval") else step_line(row, STEPS))
-                    bar.update(0 if row.get("eval") else 1)
-                shown = len(rows)
-                if rc is not None:
-                    break
-                time.sleep(2)
+    try:
+        # ended with its whole tree (its local Ray cluster) when this process ends or gets SIGTERM or SIGINT
+        with child_process([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], log_path, env=env,
+                           append=True) as child:
+            shown = len(rows_before)
+            with tqdm(total=STEPS, initial=done_before, desc="COPO steps", unit="step", dynamic_ncols=True) as bar:
+                while True:
+                    rc = child.poll()
+                    rows = read_metrics(metrics_path)
+                    for row in rows[shown:]:
+                        tqdm.write(eval_line(row) if row.get("eval") else step_line(row, STEPS))
+                        bar.update(0 if row.get("eval") else 1)
+                    shown = len(rows)
+                    if rc is not None:
+                        break
+                    time.sleep(2)
+    except Stopped as stop:
+        print(f"openrlhf_copo: stopped by {stop.name}; the training job and its Ray cluster were ended. Rerun with "
+              f"--copo.run_dir {run_dir} to resume from the last checkpoint.", file=sys.stderr)
+        raise
     if rc != 0:
         tail = log_path.read_text(errors="replace").splitlines()[-15:]
         print("\n".join(tail), file=sys.stderr)

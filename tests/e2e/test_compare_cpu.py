@@ -10,10 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from openrlhf_copo.cpu_demo.models import tiny_qwen2
 from openrlhf_copo.files import read_log
+from openrlhf_copo.processes import running
 from tests_support import REPO, WORKER_IN_ENGINE_CORE, write_prompts
 
 pytestmark = pytest.mark.heavy  # starts Ray, a vLLM engine or a training run: left out by `pytest --quick`
@@ -55,15 +57,17 @@ def compared(tmp_path_factory):
         first = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 1200
         while not latest.exists():
-            assert first.poll() is None and time.time() < deadline, (tmp / "first.log").read_text()[-3000:]
+            if first.poll() is not None or time.time() > deadline:
+                first.terminate()  # its run and that run's Ray cluster with it
+                first.wait()
+                raise AssertionError((tmp / "first.log").read_text()[-3000:])
             time.sleep(0.5)
-        child = json.loads((run / "run.lock").read_text())["pid"]
+        tree = psutil.Process(first.pid).children(recursive=True)  # the training child and its Ray cluster
+        assert json.loads((run / "run.lock.json").read_text())["child"] in {p.pid for p in tree}
         killed_at = time.time()
         first.send_signal(signal.SIGTERM)
         killed = {"returncode": first.wait(timeout=120), "at": killed_at}
-    while session_members(child) and time.time() < killed_at + 60:
-        time.sleep(0.5)
-    killed.update(members_left=session_members(child), lock_left=(run / "run.lock").exists(),
+    killed.update(left=[p.pid for p in tree if running(p)], lock_left=(run / "run.lock.json").exists(),
                   done=(run / "done.json").exists(), latest=latest.exists(), log=(tmp / "first.log").read_text())
 
     resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env)
@@ -118,28 +122,15 @@ def test_the_report_pairs_copo_with_grpo_and_a_rerun_resumes(compared):
     assert (out / "report.md").read_text() == text
 
 
-def session_members(sid: int) -> list:
-    """The pids of the processes of session ``sid`` (the training child's own session: `compare_runs.run_child`)."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":
-            members.append(int(stat.parent.name))
-    return members
-
-
 def test_a_killed_compare_ends_its_run_and_the_rerun_goes_on_from_its_checkpoint(compared):
     """Issue 49 item 6 through the real pipeline: a compare killed (SIGTERM) after its run saved a checkpoint ends
-    the run's whole process group; the same command again goes on from that checkpoint: the steps up to it are not
+    every process below it (its training child and that child's Ray cluster) before it exits; the same command again goes on from that checkpoint: the steps up to it are not
     made again (their metrics rows are those written before the kill), the steps after it are, and the metrics file
     holds every step once."""
     out, killed, resumed, _ = compared
     run = out / "copo-seed0"
     assert killed["returncode"] != 0
-    assert not killed["members_left"] and not killed["lock_left"]  # the run's processes ended with it
+    assert not killed["left"] and not killed["lock_left"]  # the run's processes ended with it, before it exited
     assert not killed["done"] and killed["latest"]  # unfinished, its checkpoints kept
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     info = json.loads((run / "done.json").read_text())

@@ -1,6 +1,5 @@
-"""A comparison run's life as a process (issue 49 item 6, `openrlhf_copo.compare_runs` and `compare.run_one` /
-`run_all`): the training child ended with its parent, the lock on a live run's folder, the checkpoint a rerun goes on
-from, a failed run recorded while the sweep goes on, the marker written in one rename, the method flags compared.
+"""A comparison run's life (`openrlhf_copo.compare.runner`: `run_one`, `run_all`, `comparison_lock`; the processes'
+side in `openrlhf_copo.processes`, tests/test_processes.py): the locks on a live run's folder and on --out, the checkpoint a rerun goes on from, a failed run recorded while the sweep goes on, the marker written in one rename, the method flags compared.
 A crash and resume through the real pipeline: tests/e2e/test_compare_cpu.py."""
 
 import json
@@ -17,7 +16,6 @@ import pytest
 from openrlhf_copo import compare
 from openrlhf_copo.cli import compare as cli
 from openrlhf_copo.compare.runner import check_steps, resume_step
-from openrlhf_copo.compare_runs import RunLock, process_start
 from tests_support import REPO
 
 
@@ -103,95 +101,91 @@ def test_each_run_saves_checkpoints_every_save_every_steps_and_loads_them(load_a
     assert "--save_every" not in compare.settings_of(s).keys()  # it changes no result: not a compared setting
 
 
-# --- the training child and the lock on its folder ---
-
-FAKE_CHILD = textwrap.dedent("""
-    import os, subprocess, sys, time
-    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    open(sys.argv[1], "w").write(f"{os.getpid()} {grandchild.pid}")
-    time.sleep(120)
-""")
-
-PARENT = textwrap.dedent("""
-    import sys
-    from pathlib import Path
-    from openrlhf_copo.compare_runs import RunLock, run_child
-    folder = Path(sys.argv[1])
-    run_child([sys.executable, "-c", sys.argv[2], str(folder / "pids")], folder / "train.log", RunLock(folder))
-""")
+# --- the locks on a run folder and on --out (the child's life: tests/test_processes.py) ---
 
 
-def gone(pid: int, within: float = 60.0) -> bool:
-    deadline = time.time() + within
-    while time.time() < deadline:
-        if process_start(pid) is None or Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z":
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def parent_with_child(tmp_path: Path):
-    """A process that runs the fake training child (which starts a grandchild) as `compare.run_one` does, and the
-    child's and grandchild's pids once they run."""
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path), FAKE_CHILD], env=env)
-    deadline = time.time() + 60
-    while not ((tmp_path / "pids").exists() and (tmp_path / "pids").read_text()):
-        assert time.time() < deadline and parent.poll() is None
-        time.sleep(0.2)
-    child, grandchild = map(int, (tmp_path / "pids").read_text().split())
-    held = json.loads((tmp_path / "run.lock").read_text())
-    assert held["pid"] == child and held["start"] == process_start(child)  # the lock names the live child
-    return parent, child, grandchild
-
-
-@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
-def test_a_compare_stopped_by_a_signal_ends_its_training_childs_process_group(tmp_path, how):
-    parent, child, grandchild = parent_with_child(tmp_path)
-    parent.send_signal(how)
-    parent.wait(timeout=60)
-    assert gone(child) and gone(grandchild)
-    assert not (tmp_path / "run.lock").exists()
-
-
-def test_a_killed_compare_takes_its_training_child_with_it(tmp_path):
-    """SIGKILL leaves no handler to run: the child dies by its parent-death signal (PR_SET_PDEATHSIG)."""
-    parent, child, grandchild = parent_with_child(tmp_path)
-    parent.kill()
-    parent.wait(timeout=60)
-    try:
-        assert gone(child)
-    finally:
-        for pid in (child, grandchild):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def test_a_rerun_does_not_touch_a_run_folder_whose_child_is_still_running(tmp_path):
-    """The rerun of a comparison whose earlier command was killed while its child lives on: before, it deleted the
-    live run's files and started a second run into the same folder."""
+def test_a_rerun_does_not_touch_a_run_folder_another_command_is_running(tmp_path):
+    """The rerun of a comparison while another command runs the same run: before, it deleted the live run's files
+    and started a second run into the same folder."""
     s = setting(tmp_path)
     d = compare.run_dir(tmp_path / "out", "grpo", 0)
     d.mkdir(parents=True)
     write_rows(d / "metrics.jsonl", [{"step": 1, "loss": 0.5}])
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(d)], stdout=subprocess.PIPE, text=True, env=ENV)
     try:
-        (d / "run.lock").write_text(json.dumps({"pid": live.pid, "start": process_start(live.pid)}))
-        with pytest.raises(SystemExit, match=rf"grpo-seed0: its run is still going \(pid {live.pid}"):
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(SystemExit, match=rf"grpo-seed0: its run is still going \(pid {holder.pid}"):
             compare.run_one(s, "grpo", 0, tmp_path / "out", step0=True)
         assert (d / "metrics.jsonl").read_text() == '{"step": 1, "loss": 0.5}\n'
-        # the same pid recorded with another start time is another process now (a reused pid): a stale lock
-        (d / "run.lock").write_text(json.dumps({"pid": live.pid, "start": "1"}))
-        RunLock(d).refuse_if_running()
-        assert not (d / "run.lock").exists()
     finally:
-        live.kill()
-        live.wait()
-    (d / "run.lock").write_text(json.dumps({"pid": live.pid, "start": "1"}))  # a dead child
-    RunLock(d).refuse_if_running()
-    assert not (d / "run.lock").exists()
+        holder.kill()
+        holder.wait()
+
+
+#: A command holding a run folder's lock, as `compare.run_one` holds it while its run goes on.
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from openrlhf_copo.processes import RunLock
+    lock = RunLock(Path(sys.argv[1]))  # kept: a lock that is garbage-collected lets go
+    lock.acquire()
+    print("held", flush=True)
+    time.sleep(120)
+""")
+ENV = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+#: A `compare` whose training child is a stand-in that says it started, then sleeps.
+SLEEPING_COMPARE = textwrap.dedent("""
+    import sys
+    from openrlhf_copo.cli import compare
+    sys.executable = sys.argv[1]
+    sys.exit(compare.main(sys.argv[2:]))
+""")
+
+
+def test_a_second_compare_on_the_same_out_is_refused_at_once(tmp_path, monkeypatch, capsys):
+    """Issue 68 item 1.4: two `compare` commands on one --out both went ahead, each taking only its run folders' locks
+    (so with other seeds, nothing stopped the second). Now the whole command holds a lock on --out; the second is
+    refused at once, naming the folder and the first one's pid, and runs nothing."""
+    s = setting(tmp_path)
+    out = tmp_path / "out"
+    started = tmp_path / "child-started"
+    sleeper = tmp_path / "sleeping-python"
+    sleeper.write_text(f"#!{sys.executable}\nimport pathlib, time\npathlib.Path({str(started)!r}).touch()\n"
+                       "time.sleep(120)\n")
+    sleeper.chmod(0o755)
+    argv = ["--model", s.model, "--train_data", str(s.train), "--eval_data", str(s.test), "--methods", "grpo",
+            "--prompts_per_step", "4", "--steps", "2", "--out", str(out)]
+    log = tmp_path / "first.log"
+    first = subprocess.Popen([sys.executable, "-c", SLEEPING_COMPARE, str(sleeper), *argv, "--seeds", "0"], env=ENV,
+                             stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 120
+        while not started.exists():
+            assert first.poll() is None and time.time() < deadline, log.read_text()
+            time.sleep(0.2)
+        refuser = tmp_path / "refusing-python"  # the second's training child, should it start one: fails at once
+        refuser.write_text(f"#!{sys.executable}\nimport sys\nsys.exit('a second compare started a run')\n")
+        refuser.chmod(0o755)
+        monkeypatch.setattr(sys, "executable", str(refuser))
+        t0 = time.monotonic()
+        with pytest.raises(SystemExit, match=rf"^{out}: another comparison is running in this folder \(pid "
+                                             rf"{first.pid}, {out / 'compare.lock'}\): wait for it or stop it \(kill "
+                                             rf"{first.pid}\) before running another$"):
+            cli.main(argv + ["--seeds", "1"])
+        assert time.monotonic() - t0 < 5
+        assert not (out / "grpo-seed1").exists()
+        # reading is not running: the dry run goes ahead beside it (and prints its plan; its exit status says whether
+        # each command would pass its checks on this machine, which this test's made-up model does not)
+        capsys.readouterr()
+        cli.main(argv + ["--seeds", "1", "--dry_run"])
+        assert capsys.readouterr().out.startswith("Plan, nothing started: 1 runs under")
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=60) == 128 + signal.SIGTERM
+        assert "compare: stopped by SIGTERM" in log.read_text()
+    finally:
+        first.kill()
+        first.wait()
 
 
 # --- failures, markers, method flags ---
@@ -229,7 +223,7 @@ def test_a_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys, monkey
         assert failed["returncode"] != 0 and failed["log"] == str(out / f"{method}-seed0" / "train.log")
         assert refusal in Path(failed["log"]).read_text()
         assert f"failed: {method}-seed0 (exit {failed['returncode']}); log: {failed['log']}" in err
-        assert not (out / f"{method}-seed0" / "run.lock").exists()
+        assert not (out / f"{method}-seed0" / "run.lock.json").exists()  # the lock let go
     assert "2 run(s) failed" in err
     assert "| grpo | 1 |" in (out / "report.md").read_text()
 
