@@ -261,6 +261,8 @@ def build_trainer(args):
 
 def micro_batch(args, trainer, rewards, ids, old_logprob_shift, device="cpu"):
     """Rollout -> patched advantages -> OpenRLHF's replay buffer -> one collated micro-batch (on ``device``)."""
+    import torch
+
     maker = experience_maker(trainer.strategy)
     experiences = maker.split_rollout_samples(make_rollout(rewards, ids))
     with torch.no_grad():
@@ -284,6 +286,8 @@ def micro_batch(args, trainer, rewards, ids, old_logprob_shift, device="cpu"):
 
 def clipped_term(logp, old, adv, mask):
     """-min(r A, clip(r) A), token-mean over the micro-batch: written out, not OpenRLHF's code."""
+    import torch
+
     ratio = torch.exp(logp - old)
     surr = torch.minimum(ratio * adv, ratio.clamp(1 - EPS_CLIP, 1 + EPS_CLIP) * adv)
     return -(surr * mask).sum() / mask.sum()
