@@ -574,7 +574,7 @@ def content_afterwards(folder: Path, info: dict, files: Dict[str, Path]) -> tupl
             here = Path(compare.__file__).resolve().parents[1] / "rewards" / Path(recorded).name
             if not here.is_file():
                 return None, f"{flag} {recorded}: no {Path(recorded).name} in this checkout's rewards/"
-            content[flag] = compare.file_sha256(here)
+            content[flag] = compare.reward_sha256(here)
             continue
         if recorded not in files:
             return None, f"{flag} {recorded}: not a file the regimes regenerate here"

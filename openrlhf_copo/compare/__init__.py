@@ -62,7 +62,7 @@ from openrlhf_copo.compare.provenance import (FILE_FLAGS, PACKAGES, SCHEMA, chec
                                               check_same_start, content_of, environment, environment_differs,
                                               file_sha256, finished_runs, is_finished, method_flags_differ,
                                               model_fingerprint, read_marker, read_record, records_differ,
-                                              start_fingerprint)
+                                              reward_sha256, start_fingerprint)
 from openrlhf_copo.compare.report import (FIRST_STEP_KEYS, final_point, first_step_regime, markdown, read_run, report,
                                           samples_per_prompt_of)
 from openrlhf_copo.compare.runner import (FAILED, STARTED, RunFailed, check_steps, checkpoint_tags, comparison_lock,
@@ -83,7 +83,7 @@ __all__ = ["BASELINE", "FAILED", "FILE_FLAGS", "FIRST_STEP_KEYS", "FLAGS", "METH
            "held_out_sources", "is_finished", "markdown", "mean_se", "method_flags_differ", "method_record",
            "model_fingerprint", "paired_over_seeds", "plan", "plan_text", "prepare_run_folder",
            "prompt_plan", "read_marker", "read_record", "read_run", "record_failure", "records_differ",
-           "report", "resume_step", "rho_keeping_every_split", "run_all", "run_argv", "run_dir", "run_one",
+           "report", "resume_step", "reward_sha256", "rho_keeping_every_split", "run_all", "run_argv", "run_dir", "run_one",
            "RunFailed", "samples_per_prompt", "samples_per_prompt_of", "sampling_budget", "Setting",
            "settings_of", "start_fingerprint", "stops_early", "sweep", "t_quantile", "train_file",
            "whole_passes"]

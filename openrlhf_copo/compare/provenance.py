@@ -3,6 +3,7 @@
     SCHEMA, read_record                 done.json's shape: every reader takes a marker through `read_record`, which
                                         gives any older run today's shape, marking what it did not record
     file_sha256, start_fingerprint      the content of a file, and of a start checkpoint's weights
+    reward_sha256                       a reward file's, less its REWARD_RANGE declaration (which changes no reward)
     content_of, records_differ          the content of every file a setting names: runs pair by content, not path
     environment, environment_differs    the versions of the packages that decide what a run draws (`PACKAGES`)
     is_finished, finished_runs          the finished runs of a folder, as their markers
@@ -36,6 +37,36 @@ def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
         for block in iter(lambda: fh.read(1 << 24), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def reward_sha256(path: Path) -> str:
+    """sha256 of a reward file's bytes without its ``REWARD_RANGE`` declaration (`contract.REWARD_RANGE`): the
+    assignment, the comment lines directly above it, and the blank line after it where one also stands before it.
+    The declaration is read by the preflight and changes no reward, so a reward file that gains one (as ours did in
+    fedac5c) keeps pairing with the runs made before; any other change to the file is a change of content."""
+    import ast
+
+    from openrlhf_copo.contract import REWARD_RANGE
+
+    source = Path(path).read_bytes()
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return hashlib.sha256(source).hexdigest()  # the run's own preflight names the file; pair by its bytes
+    lines = source.splitlines(keepends=True)
+    drop = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if not any(isinstance(t, ast.Name) and t.id == REWARD_RANGE for t in targets):
+            continue
+        first, last = node.lineno - 1, node.end_lineno - 1
+        while first > 0 and lines[first - 1].lstrip().startswith(b"#"):
+            first -= 1
+        blank = lambda i: 0 <= i < len(lines) and not lines[i].strip()  # noqa: E731
+        if blank(first - 1) and blank(last + 1):
+            last += 1
+        drop.update(range(first, last + 1))
+    return hashlib.sha256(b"".join(line for i, line in enumerate(lines) if i not in drop)).hexdigest()
 
 
 def _files_sha256(files: Sequence[Path]) -> str:
@@ -81,8 +112,8 @@ def model_fingerprint(folder: Path) -> str:
 
 
 def content_of(setting) -> Dict[str, Optional[str]]:
-    """{flag: sha256} of the files a `Setting` names (`FILE_FLAGS`): a data or reward file's bytes (several held-out
-    files: over their hashes in order), a model folder's files (`model_fingerprint`), a start checkpoint's weights
+    """{flag: sha256} of the files a `Setting` names (`FILE_FLAGS`): a data file's bytes (several held-out
+    files: over their hashes in order), a reward file's less its REWARD_RANGE (`reward_sha256`), a model folder's files (`model_fingerprint`), a start checkpoint's weights
     (`start_fingerprint`); None for no start, and for a model or data set that is no local folder or file (a hub
     name, as OpenRLHF takes one: paired by name; the run's preflight says whether it exists)."""
     def one(flag: str, value) -> Optional[str]:
@@ -95,6 +126,8 @@ def content_of(setting) -> Dict[str, Optional[str]]:
         paths = [Path(v) for v in str(value).split(",")]
         if not all(p.is_file() for p in paths):
             return None
+        if flag == "--reward":
+            return reward_sha256(paths[0])
         return file_sha256(paths[0]) if len(paths) == 1 else _files_sha256(paths)
 
     values = {"--model": setting.model, "--start_checkpoint": setting.start, "--train_data": setting.train,

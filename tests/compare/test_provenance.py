@@ -166,3 +166,27 @@ def test_a_report_refuses_to_pair_runs_made_with_different_settings_and_records_
     assert cli.main(["--report_only", "--out", str(tmp_path / "same"), "--seeds", "0"]) == 0
     saved = json.loads((tmp_path / "same" / "report.json").read_text())
     assert saved["settings"] == base and saved["table"]["copo"]["minus_baseline"]["mean"] == pytest.approx(0.25)
+
+
+#: Our reward files' sha256 before they declared REWARD_RANGE (commit 9c834a9): the content the committed runs
+#: recorded for them, which runs made today must still pair with.
+REWARDS_BEFORE_RANGE = {"math_reward.py": "4994c6e0b739", "math_format_reward.py": "d9885695aeab",
+                        "math_last_number_reward.py": "fafd936792a4"}
+
+
+@pytest.mark.parametrize("name, before", sorted(REWARDS_BEFORE_RANGE.items()))
+def test_a_reward_file_that_gained_its_range_declaration_pairs_with_the_runs_made_before(name, before):
+    path = REPO / "openrlhf_copo" / "rewards" / name
+    assert compare.file_sha256(path)[:12] != before  # the bytes differ: the declaration was added
+    assert compare.reward_sha256(path)[:12] == before
+
+
+def test_a_reward_file_whose_rewards_change_is_other_content(tmp_path):
+    source = (REPO / "openrlhf_copo" / "rewards" / "math_last_number_reward.py").read_text()
+    (tmp_path / "same.py").write_text(source.replace("REWARD_RANGE = (0.0, 1.0)", "REWARD_RANGE = (0.0, 2.0)"))
+    (tmp_path / "other.py").write_text(source.replace("last_number=True", "last_number=False"))
+    (tmp_path / "broken.py").write_text("def reward_func(:\n")
+    base = compare.reward_sha256(REPO / "openrlhf_copo" / "rewards" / "math_last_number_reward.py")
+    assert compare.reward_sha256(tmp_path / "same.py") == base
+    assert compare.reward_sha256(tmp_path / "other.py") != base
+    assert compare.reward_sha256(tmp_path / "broken.py") == compare.file_sha256(tmp_path / "broken.py")
