@@ -14,9 +14,11 @@ A method's difference from the baseline (GRPO) is, per seed, the mean of the per
 greedy verdicts; over seeds, their mean with a 95% t-interval over seeds (training randomness included; Student's t,
 scipy's), beside what those seeds could detect and the seeds a given difference would need (`detectable`); with
 one seed, the interval is over its prompts, and says so. It is given pooled over every held-out prompt and per
-held-out source (OpenRLHF evaluates each ``datasource`` apart). What each run saw at its first step (the share of
-zero-variance groups, of all-incorrect ones, of responses with a gradient) is reported beside it: the regime the
-comparison was made in.
+held-out source (OpenRLHF evaluates each ``datasource`` apart), and at equal generated tokens: beside a uniform
+baseline that spent the method's tokens, the baseline itself or a budget control (`SAMPLE_FACTOR`, `STEP_FACTOR`),
+with each method's tokens against the baseline's and a plot of accuracy against them (`tokens`). What each run saw at
+its first step (the share of zero-variance groups, of all-incorrect ones, of responses with a gradient) is reported
+beside it: the regime the comparison was made in.
 
 Each run records its settings (`settings_of`, by the flag that sets each) and the content of its files (`content_of`)
 in its ``done.json`` (`SCHEMA`; `read_record` reads older runs into today's shape): a rerun keeps a finished run only
