@@ -1,5 +1,6 @@
 """Reading a run's metrics file (`--copo.metrics_file`): one JSON line per logged step, and one per evaluation (with
-"eval": 1), as the metrics-file hook writes them. Shared by the CPU demo, the comparison tool and the benchmarks."""
+"eval": 1), as the metrics-file hook writes them; a run's generated tokens per step and in total (`generated_tokens`,
+from whatever the run logged: `TOKEN_SOURCES`). Shared by the CPU demo, the comparison tool and the benchmarks."""
 
 from __future__ import annotations
 
