@@ -216,7 +216,8 @@ def tokens_markdown(result: dict) -> str:
               f"multiple of --steps), where that is within a factor {CONTROL_REACH:g} of its tokens; the cell names "
               "the run, the step and the method's tokens over the run's there. More samples also trains on more "
               "responses per step; more steps makes more optimizer steps."]
-    lines += [f"- Counted from {name}: {TOKEN_SOURCES[name]}." for name in TOKEN_SOURCES if name in used]
+    lines += [f"- Tokens read from `{name}` (the table's last column): {TOKEN_SOURCES[name]}." for name in TOKEN_SOURCES
+              if name in used]
     return "\n".join(lines)
 
 

@@ -68,6 +68,17 @@ def test_a_run_with_the_metric_is_read_from_it_and_its_own_total(tmp_path):
     assert tokens_at(tokens, 0) == 0 and tokens_at(tokens, 1) == 1500 and tokens_at(tokens, 2) == 2200
 
 
+def test_a_real_run_with_the_metric_resumed_from_its_checkpoint():
+    """tests/fixtures/compare_copo_resumed_metrics.jsonl: the copo run of tests/e2e/test_compare_cpu.py (the tiny
+    random model, 2 prompts x G = 4 a step, every response the 16 tokens of --rollout.max_new_tokens), killed after its
+    step-1 checkpoint and resumed from it: 8 x 16 = 128 tokens a step, the total going on from the checkpoint's 128."""
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "compare_copo_resumed_metrics.jsonl"
+    tokens = generated_tokens(read_metrics(path))
+    assert tokens == {"steps": [1, 2, 3], "tokens": [128, 128, 128], "cumulative": [128, 256, 384],
+                      "sources": ["counted"]}
+    assert tokens_at(tokens, 3) == 384
+
+
 def test_a_step_without_any_count_is_unknown_not_zero():
     tokens = generated_tokens([{"step": 1, "copo_zero_std": 0.5}, {"step": 2, "copo_generated_tokens": 10,
                                                                     "copo_generated_tokens_total": 10}])
