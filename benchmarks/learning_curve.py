@@ -118,9 +118,10 @@ def mixed_setting(steps: int, eval_every: int, model: str, train: Path, test: Pa
 
 def run_argv(method: str, seed: int, steps: int, eval_every: int, model: str, train: Path, test: Path,
              run_dir: Path) -> List[str]:
-    """One run's command line: the tool's, for the `mixed` preset; the reference makes the seed's step-0 evaluation."""
+    """One run's command line: the tool's, for the `mixed` preset; the reference makes the seed's step-0 evaluation.
+    The train file holds exactly the run's prompts, so a step control's k x the steps are k passes over it."""
     return compare.run_argv(mixed_setting(steps, eval_every, model, train, test), method, seed, run_dir, train,
-                            step0=method == REFERENCE)
+                            step0=method == REFERENCE, episodes=compare.STEP_FACTOR.get(method, 1))
 
 
 def run_one(method: str, seed: int, args, model: str, train: Path, test: Path) -> dict:
@@ -504,18 +505,42 @@ def main(argv=None) -> int:
     if not infos:
         raise SystemExit(f"no finished run under {args.out}")
     args.methods = [m for m in METHODS if any(i["method"] == m for i in infos)]
+    report_json = args.out.parent / "learning_curve.json"
     result = {"settings": {"steps": args.steps, "eval_every": args.eval_every,
                            "seeds_run": sorted({i["seed"] for i in infos}),
                            "prompts_per_step": job.PROMPTS_PER_STEP, "samples_per_prompt": SAMPLES_PER_PROMPT,
                            "n_test": job.N_TEST, "n_sampled": job.N_SAMPLED, "eval_k": job.EVAL_K,
                            "methods": {m: METHODS[m] + PAIRED for m in args.methods}},
-              "environment": environment(), **summarize(args, infos)}
+              "environment": runs_environment(report_json, args.report_only), **summarize(args, infos)}
     result["settings"]["machine_hours"] = round(sum(i["wall_seconds"] for i in infos) / 3600, 2)
-    write_json(args.out.parent / "learning_curve.json", result)
-    (args.out.parent / "learning_curve.md").write_text(markdown(result))
+    # accuracy against generated tokens: the comparison tool's table, equal-token differences and plot
+    tokens = compare.report(args.out, infos, samples_per_prompt=SAMPLES_PER_PROMPT)
+    result["tokens"] = {"baseline": tokens["baseline"],
+                        "table": {m: {k: row[k] for k in ("seeds", "tokens", "equal_tokens", "token_curve")}
+                                  for m, row in tokens["table"].items()}}
+    write_json(report_json, result)
+    tokens_table = compare.tokens_markdown(result["tokens"])
+    text = markdown(result) + ("\n" + tokens_table + "\n\n" + TOKENS_PLOT_LINE if tokens_table else "")
+    (args.out.parent / "learning_curve.md").write_text(text)
     plot(result, args.out.parent / "learning_curve.png")
-    print(markdown(result))
+    compare.plot_tokens({"mixed (G = 4): the learning-curve runs": result["tokens"]}, args.out.parent / TOKENS_PLOT)
+    print(text)
     return 0
+
+
+#: The plot of held-out accuracy against generated tokens, beside learning_curve.png.
+TOKENS_PLOT = "learning_curve_tokens.png"
+TOKENS_PLOT_LINE = (f"Held-out greedy accuracy against generated tokens: {TOKENS_PLOT}; each method minus GRPO at equal "
+                    "tokens: benchmarks/results/regimes.md, `mixed`.\n")
+
+
+def runs_environment(report_json: Path, report_only: bool) -> dict:
+    """The date, machine and versions the report states: this machine's when the command made runs; with
+    --report_only, the ones the previous report recorded (``report_json``), which describe the machine the runs were
+    made on (their done.json records no versions), where there is one."""
+    if report_only and report_json.exists():
+        return json.loads(report_json.read_text())["environment"]
+    return environment()
 
 
 if __name__ == "__main__":

@@ -223,25 +223,20 @@ REGIME_RUNS = {"mixed": (REPO / "benchmarks" / "results" / "learning_curve", 4, 
                   for r, g in (("hard", G), ("plateau", G), ("mixed", 4))}}
 #: The README's decision table (`regimes_table.decision_table`) sits between these lines; `report` rewrites it.
 README, README_MARKERS = REPO / "README.md", ("<!-- decision-table -->", "<!-- /decision-table -->")
+#: Held-out accuracy against generated tokens, one panel per regime (`compare.plot_tokens`), written by `report`.
+TOKENS_PLOT = RESULTS.parent / "regimes_tokens.png"
 
 
-def generated_tokens(row: dict) -> float:
-    """The tokens a training step generated: under adaptive sampling (Reinforce-Ada) every round's (its own count),
-    else the rollout's responses times their mean length (OpenRLHF's rollout metrics)."""
-    from openrlhf_copo.contract import ADA_TOKENS
-
-    if row.get(ADA_TOKENS) is not None:
-        return row[ADA_TOKENS]
-    return row["rollout/num_samples"] * row["rollout/response_length_mean"]
-
-
-def run_cost(folder: Path, info: dict) -> dict:
-    """One run's cost: generated tokens per training step (mean over its steps), the summed time of its training steps
-    (OpenRLHF's `timing/step_total`: rollout, reward, advantage and update, no evaluation), and its wall time."""
-    from openrlhf_copo.evaluation.metrics_file import read_metrics, train_rows
+def run_cost(folder: Path, info: dict, samples_per_prompt: int) -> dict:
+    """One run's cost: generated tokens per training step (mean over its steps: `metrics_file.generated_tokens`, which
+    says how exact each run's count is; ``samples_per_prompt``, the comparison's G, prices the groups DAPO's runs
+    dropped before the count was logged), the summed time of its training steps (OpenRLHF's `timing/step_total`:
+    rollout, reward, advantage and update, no evaluation), and its wall time."""
+    from openrlhf_copo.evaluation.metrics_file import generated_tokens, read_metrics, train_rows
 
     rows = train_rows(read_metrics(compare.run_dir(folder, info["method"], info["seed"]) / "metrics.jsonl"))
-    return {"tokens_per_step": sum(generated_tokens(r) for r in rows) / len(rows),
+    tokens = generated_tokens(rows, samples_per_prompt * compare.SAMPLE_FACTOR.get(info["method"], 1))
+    return {"tokens_per_step": sum(tokens["tokens"]) / len(rows),
             "step_seconds": sum(r["timing/step_total"] for r in rows), "wall_seconds": info["wall_seconds"]}
 
 
@@ -325,7 +320,7 @@ def collect() -> Dict[str, dict]:
         result = compare.report(folder, infos, samples_per_prompt=g)
         result["G"], result["lr"] = g, lr
         result["machine_hours"] = sum(i["wall_seconds"] for i in infos) / 3600
-        result["cost"] = cost_beside_baseline({(i["method"], i["seed"]): run_cost(folder, i) for i in infos})
+        result["cost"] = cost_beside_baseline({(i["method"], i["seed"]): run_cost(folder, i, g) for i in infos})
         result["controls"] = against_controls(folder, infos)
         result["curves"] = {f"{i['method']}-seed{i['seed']}": [
             {k: r.get(k) for k in ("step", "copo_zero_std", "copo_signal_copo", "copo_correct",
@@ -500,8 +495,9 @@ def plot_start_curve(curve: List[dict], path: Path) -> None:
 
 
 def report() -> Dict[str, dict]:
-    """regimes.md (per regime the tool's table, then the which-method-when table), regimes.json and regimes.png; the
-    README's decision table (`regimes_table.decision_table`); and the package's copy of what the probe compares against
+    """regimes.md (per regime the tool's table, with its generated tokens and equal-token differences, then the
+    which-method-when table), regimes.json, regimes.png and `TOKENS_PLOT`; the README's decision table
+    (`regimes_table.decision_table`); and the package's copy of what the probe compares against
     (`regimes_table.write_table`)."""
     from openrlhf_copo.files import write_json
 
@@ -532,10 +528,13 @@ def report() -> Dict[str, dict]:
         text += [f"### The plateau start regenerated on another machine: {again.parent.name} (runs that record this "
                  "start_sha256 began from it)", "", start_curve_markdown(start_curve(again)), ""]
 
+    text += ["Held-out greedy accuracy against generated tokens, per regime (each regime's tables above give the tokens "
+             "and the equal-token differences): regimes_tokens.png.", ""]
     (RESULTS.parent / "regimes.md").write_text("\n".join(text))
     write_json(RESULTS.parent / "regimes.json", results)
     write_table(results)
     plot(results, RESULTS.parent / "regimes.png")
+    compare.plot_tokens({column(regime, res): res for regime, res in results.items()}, TOKENS_PLOT)
     print("\n".join(text))
     return results
 

@@ -104,13 +104,20 @@ ADA_ROUNDS = "copo_ada_rounds"
 ADA_DRAWN_MAX = "copo_ada_drawn_max"
 ADA_TOKENS = "copo_ada_tokens"
 ADA_TOKENS_FIRST_ROUND = "copo_ada_tokens_first_round"
+#: Per training step, for every estimator (patch 4, `runtime_patches.metrics_file.GeneratedTokens`): the response
+#: tokens the step's training rollout generated, every response drawn counted (DAPO's dropped groups and
+#: Reinforce-Ada's later rounds included, the held-out evaluation's not), and their sum over the run so far (kept in
+#: each checkpoint, so a resumed run goes on counting). Read back by `evaluation.metrics_file.generated_tokens`.
+GENERATED_TOKENS = "copo_generated_tokens"
+GENERATED_TOKENS_TOTAL = "copo_generated_tokens_total"
 #: Every metric above (the engine one as its pattern), and the reward file's.
 METRICS = (ENTROPY, W_LOCAL, W_GLOBAL, W_LOCAL_MID, MIXED_LOCAL_LOST, INCORRECT_REINFORCED, CORRECT_PENALIZED,
            LOCAL_ADV, GLOBAL_ADV_RAW, ALL_CORRECT, ALL_INCORRECT, ZERO_STD, SIGNAL_GRPO, SIGNAL_COPO,
            ROLLOUT_LOGPROB_ABSDIFF, TOKEN_SURPRISAL, GLOBAL_ADV_STD, PROMPT_REWARD_MEAN, NUM_PROMPTS, NUM_ENGINES,
            ENGINE_LOGPROB_ABSDIFF, LOSS_LOCAL, LOSS_GLOBAL, CLIP_RATIO_GLOBAL, PUSH_LOCAL_SQ, PUSH_GLOBAL_SQ,
            PUSH_DOT, WEIGHTED_GLOBAL_ADV, CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR, ADA_DRAWN, ADA_DRAWN_CORRECT,
-           ADA_RESOLVED, ADA_ROUNDS, ADA_DRAWN_MAX, ADA_TOKENS, ADA_TOKENS_FIRST_ROUND)
+           ADA_RESOLVED, ADA_ROUNDS, ADA_DRAWN_MAX, ADA_TOKENS, ADA_TOKENS_FIRST_ROUND, GENERATED_TOKENS,
+           GENERATED_TOKENS_TOTAL)
 
 # Names every process of a run agrees on (the driver sets them, Ray's workers read them).
 

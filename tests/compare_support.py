@@ -56,3 +56,21 @@ def write_recorded(out: Path, method: str, seed: int, outcomes: str, first: dict
     (d / "done.json").write_text(json.dumps({"method": method, "seed": seed, "wall_seconds": 60.0,
                                              "settings": settings}))
 
+
+
+def write_token_run(out: Path, method: str, seed: int, tokens_per_step: int, steps: int, evals: dict,
+                    **record) -> dict:
+    """A finished run that logged its generated tokens as patch 4 does (``tokens_per_step`` each of its ``steps``
+    steps, with the running total), evaluated at each step of ``evals`` ({step: per-prompt greedy verdicts});
+    ``record``: what else its done.json holds (``sample_factor``, ``step_factor``)."""
+    d = compare.run_dir(out, method, seed)
+    d.mkdir(parents=True)
+    rows = [{"step": s, "copo_zero_std": 0.5, "copo_generated_tokens": tokens_per_step,
+             "copo_generated_tokens_total": tokens_per_step * s} for s in range(1, steps + 1)]
+    rows += [{"step": s, "eval": 1, "eval_x_greedy": o.count("1") / len(o), "eval_x_greedy_outcomes": o}
+             for s, o in evals.items()]
+    rows.sort(key=lambda r: (r["step"], r.get("eval", 0)))
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    info = {"method": method, "seed": seed, "wall_seconds": 60.0, **record}
+    (d / "done.json").write_text(json.dumps(info))
+    return info

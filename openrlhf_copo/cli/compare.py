@@ -23,7 +23,10 @@ gets SIGTERM from the kernel. While a comparison runs, a second one on the same 
 that fails, or stops short of --steps, is reported and the others go on; the command then exits 1, listing the failed
 runs. The report (`report.md`, `report.json` under --out, with the runs' settings and prompts) gives each method minus
 GRPO on the same held-out prompts, pooled and per source, per seed and with a 95% interval (over seeds, or over one
-seed's prompts: each says which), every column of a row over the seeds it shares with GRPO, each run's final step
+seed's prompts: each says which), at the same steps and at equal generated tokens (the uniform GRPO that spent the
+method's tokens: GRPO itself, or the budget control grpo_4xg or grpo_4xsteps; `compare.tokens`), each method's tokens
+beside GRPO's, and `report_tokens.png` (held-out accuracy against generated tokens), every column of a row over the
+seeds it shares with GRPO, each run's final step
 (DAPO's dynamic filtering may end a run early: said), what the seeds could detect and how many seeds a difference
 would need, and what each method's runs saw at their first step. `--report_only` reports the finished runs under --out
 at their recorded settings. Run on the CPU only so far (the tiny model in tests/e2e/test_compare_cpu.py); not on a GPU. The
@@ -175,6 +178,10 @@ def report_only(args) -> int:
     return write_report(args.out, chosen, args.samples_per_prompt, args.target_difference, left_out)
 
 
+#: The plot of held-out accuracy against generated tokens the report writes beside report.md.
+TOKENS_PLOT = "report_tokens.png"
+
+
 def write_report(out: Path, infos: List[dict], samples_per_prompt: Optional[int],
                  targets=compare.TARGET_DIFFERENCES, left_out: List[str] = ()) -> int:
     if not infos:
@@ -184,8 +191,10 @@ def write_report(out: Path, infos: List[dict], samples_per_prompt: Optional[int]
     text = compare.markdown(result)
     flags = {i["method"]: i.get("method_flags", compare.METHODS.get(i["method"])) for i in infos}
     (out / "report.md").write_text(text + "\n")
+    compare.plot_tokens({out.name: result}, out / TOKENS_PLOT)
     factors = {i["method"]: i["sample_factor"] for i in infos if "sample_factor" in i}
-    (out / "report.json").write_text(json.dumps({"methods": flags, "sample_factors": factors,
+    steps = {i["method"]: i["step_factor"] for i in infos if "step_factor" in i}
+    (out / "report.json").write_text(json.dumps({"methods": flags, "sample_factors": factors, "step_factors": steps,
                                                  "paired_flags": compare.PAIRED, **result}, indent=1))
     print(text)
     return 0

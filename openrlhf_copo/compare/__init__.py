@@ -14,9 +14,11 @@ A method's difference from the baseline (GRPO) is, per seed, the mean of the per
 greedy verdicts; over seeds, their mean with a 95% t-interval over seeds (training randomness included; Student's t,
 scipy's), beside what those seeds could detect and the seeds a given difference would need (`detectable`); with
 one seed, the interval is over its prompts, and says so. It is given pooled over every held-out prompt and per
-held-out source (OpenRLHF evaluates each ``datasource`` apart). What each run saw at its first step (the share of
-zero-variance groups, of all-incorrect ones, of responses with a gradient) is reported beside it: the regime the
-comparison was made in.
+held-out source (OpenRLHF evaluates each ``datasource`` apart), and at equal generated tokens: beside a uniform
+baseline that spent the method's tokens, the baseline itself or a budget control (`SAMPLE_FACTOR`, `STEP_FACTOR`),
+with each method's tokens against the baseline's and a plot of accuracy against them (`tokens`). What each run saw at
+its first step (the share of zero-variance groups, of all-incorrect ones, of responses with a gradient) is reported
+beside it: the regime the comparison was made in.
 
 Each run records its settings (`settings_of`, by the flag that sets each) and the content of its files (`content_of`)
 in its ``done.json`` (`SCHEMA`; `read_record` reads older runs into today's shape): a rerun keeps a finished run only
@@ -31,8 +33,8 @@ while the others go on (`run_one`, `run_all`; the process side in `openrlhf_copo
 
 The package, one concern a module:
 
-    methods      METHODS, SAMPLE_FACTOR, PAIRED, BASELINE; what a run records of its method; sampling budgets;
-                 the methods that stop early by design
+    methods      METHODS, SAMPLE_FACTOR, STEP_FACTOR (the budget controls), PAIRED, BASELINE; what a run records of
+                 its method; a step control's setting; sampling budgets; the methods that stop early by design
     setting      Setting (one comparison), run_dir, FLAGS (what a run records of its setting), the sweep and the
                  evaluations each run makes
     prompts      the prompts every run draws (prompt_plan), the file they train on (train_file), the held-out sources
@@ -46,15 +48,19 @@ The package, one concern a module:
     stats        the paired difference over seeds: t-intervals, what the seeds could detect
     report       read_run, report (every column of a row over its paired seeds; runs stopped short refused),
                  markdown
+    tokens       accuracy against generated tokens: each method's tokens beside the baseline's, each method minus
+                 a uniform baseline that spent its tokens (the equal-tokens column), the curves and their plot
 
 The CPU benchmark's settings are presets of this (benchmarks/learning_curve.py); on a GPU cluster the same tool
 takes your model, data, G, prompts per step, steps, learning rate, start checkpoint and any OpenRLHF flag. It has
 run on the CPU only (the tiny model in tests/e2e/test_compare_cpu.py, SmolLM2 in the benchmark); not on a GPU.
 """
 
-from openrlhf_copo.compare.command import TOOL_FLAGS, check_extra, checkpoint_flags, extra_conflicts, run_argv
-from openrlhf_copo.compare.methods import (BASELINE, METHODS, PAIRED, SAMPLE_FACTOR, method_record,
-                                           rho_keeping_every_split, samples_per_prompt, sampling_budget, stops_early)
+from openrlhf_copo.compare.command import (TOOL_FLAGS, check_extra, checkpoint_flags, extra_conflicts, run_argv,
+                                           step_control_flags)
+from openrlhf_copo.compare.methods import (BASELINE, METHODS, PAIRED, SAMPLE_FACTOR, STEP_FACTOR, method_record,
+                                           rho_keeping_every_split, run_setting, samples_per_prompt, sampling_budget,
+                                           stops_early)
 from openrlhf_copo.compare.plan import RECIPE_STEP, plan, plan_text
 from openrlhf_copo.compare.prompts import held_out_sources, prompt_plan, train_file, whole_passes
 from openrlhf_copo.compare.provenance import (FILE_FLAGS, PACKAGES, SCHEMA, check_finished_run,
@@ -72,8 +78,12 @@ from openrlhf_copo.compare.setting import (FLAGS, STEP0_FLAG, Setting, due_evalu
                                            settings_of, sweep)
 from openrlhf_copo.compare.stats import (POWER, TARGET_DIFFERENCES, detectable, mean_se, paired_over_seeds,
                                          t_quantile)
+from openrlhf_copo.compare.tokens import (CONTROL_KIND, CONTROL_REACH, SAME_TOKENS, equal_tokens, equal_tokens_cell,
+                                          plot_tokens, token_curve, token_summary, tokens_markdown)
 
-__all__ = ["BASELINE", "FAILED", "FILE_FLAGS", "FIRST_STEP_KEYS", "FLAGS", "METHODS", "PACKAGES", "PAIRED", "POWER",
+__all__ = ["BASELINE", "CONTROL_KIND", "CONTROL_REACH", "SAME_TOKENS", "STEP_FACTOR", "equal_tokens",
+           "equal_tokens_cell", "plot_tokens", "run_setting", "step_control_flags", "token_curve", "token_summary",
+           "tokens_markdown", "FAILED", "FILE_FLAGS", "FIRST_STEP_KEYS", "FLAGS", "METHODS", "PACKAGES", "PAIRED", "POWER",
            "RECIPE_STEP", "SAMPLE_FACTOR", "SCHEMA", "STARTED", "STEP0_FLAG", "TARGET_DIFFERENCES",
            "TOOL_FLAGS", "check_extra", "check_finished_run", "check_same_environment",
            "check_same_method_flags", "check_same_settings", "check_same_start", "check_steps",

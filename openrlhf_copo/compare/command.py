@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import List, Sequence
 
-from openrlhf_copo.compare.methods import METHODS, PAIRED, SAMPLE_FACTOR, samples_per_prompt
+from openrlhf_copo.compare.methods import METHODS, PAIRED, SAMPLE_FACTOR, STEP_FACTOR, samples_per_prompt
 from openrlhf_copo.compare.prompts import prompt_plan
 from openrlhf_copo.compare.setting import STEP0_FLAG, Setting, run_dir
 from openrlhf_copo.compare.train_flags import FlagError, dest_of, given, unknown_flags_line
@@ -15,9 +15,11 @@ from openrlhf_copo.compare.train_flags import FlagError, dest_of, given, unknown
 def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: Path, step0: bool,
              episodes: int = 1) -> List[str]:
     """The train_ppo_ray command line of one run: the method's flags, the paired flags, the tool's (`TOOL_FLAGS`), then
-    ``setting.extra`` (which wins over what precedes it), then the seed, then the step-0 evaluation's flag when
-    ``step0`` (`sweep`); given after --, that flag is left out, since ``step0`` decides it. G is the method's
-    (`samples_per_prompt`), and the train batch P x G: one optimizer step per rollout batch for every method."""
+    ``setting.extra`` (which wins over what precedes it), then a step control's own (`step_control_flags`), then the
+    seed, then the step-0 evaluation's flag when ``step0`` (`sweep`); given after --, that flag is left out, since
+    ``step0`` decides it. G is the method's (`samples_per_prompt`), and the train batch P x G: one optimizer step per
+    rollout batch for every method. ``setting`` is the comparison's; ``train`` and ``episodes`` are the run's own
+    (`prompts.train_file` of `methods.run_setting`)."""
     P, G = setting.prompts_per_step, samples_per_prompt(setting, method)
     scratch = directory / "scratch"  # checkpoints, the final model: kept until the run finished
     base = [
@@ -36,7 +38,18 @@ def run_argv(setting: Setting, method: str, seed: int, directory: Path, train: P
         "--copo.device", setting.device,
     ]
     extra = [a for a in setting.extra if a != STEP0_FLAG]
-    return METHODS[method] + PAIRED + base + extra + ["--train.seed", str(seed)] + ([STEP0_FLAG] if step0 else [])
+    return (METHODS[method] + PAIRED + base + extra + step_control_flags(setting, method, episodes)
+            + ["--train.seed", str(seed)] + ([STEP0_FLAG] if step0 else []))
+
+
+def step_control_flags(setting: Setting, method: str, episodes: int) -> List[str]:
+    """What a run of a `STEP_FACTOR` method sets after the flags after --: its episodes (k x the steps over the
+    prompts' file) and its evaluation every --steps steps (`methods.run_setting`). After them, because those flags
+    repeat the comparison's own values where a preset gives them (the CPU presets pass --train.num_episodes 1),
+    which would cut the control to the comparison's steps. [] for any other method."""
+    if method not in STEP_FACTOR:
+        return []
+    return ["--train.num_episodes", str(episodes), "--eval.steps", str(setting.steps)]
 
 
 #: The train_ppo_ray flags that the tool sets from its own flags (`run_argv`), with the tool's flag that sets each:
@@ -88,9 +101,12 @@ def extra_conflicts(setting: Setting, methods: Sequence[str], seeds: Sequence[in
         for seed in seeds:
             own, _ = given(run_argv(plain, method, seed, run_dir(out, method, seed), Path(plan["file"]), False,
                                     plan["episodes"]))
+            after = {dest_of(f) for f in step_control_flags(plain, method, 1)[::2]}
             for dest, flag in extra.items():
                 if dest in own and own[dest].value == flag.value:
                     continue  # the value this run has anyway
+                if dest in after:
+                    continue  # a step control sets it after the flags after --
                 owner = method if dest in by_method[method] else next((m for m in methods if dest in by_method[m]),
                                                                      None)
                 if owner and owner != method:

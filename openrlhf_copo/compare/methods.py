@@ -1,7 +1,8 @@
 """The methods a comparison runs, and what every run of them shares.
 
     METHODS          each method's train_ppo_ray flags: everything else of a run is the same for every method
-    SAMPLE_FACTOR    the methods that draw a multiple of the comparison's G per prompt (the budget control)
+    SAMPLE_FACTOR    the methods that draw a multiple of the comparison's G per prompt (a budget control)
+    STEP_FACTOR      the methods that train a multiple of the comparison's steps (a budget control); run_setting
     PAIRED           the flags of every run that make the runs of one seed comparable
     BASELINE         what every method is compared with
     method_record    what a run records of its method (done.json), and a rerun or a report compares
@@ -59,6 +60,8 @@ METHODS: Dict[str, List[str]] = {
                       "string", "--actor.dual_clip", "3", "--actor.loss_agg_mode", "seq-mean-token-mean"],
     # plain GRPO at 4 x the comparison's G (`SAMPLE_FACTOR`): Reinforce-Ada's generation budget given to GRPO
     "grpo_4xg": ["--advantage_estimator", "copo", "--copo.mode", "grpo"],
+    # plain GRPO for 4 x the comparison's steps (`STEP_FACTOR`): the same budget spent on more steps of G
+    "grpo_4xsteps": ["--advantage_estimator", "copo", "--copo.mode", "grpo"],
 }
 
 
@@ -73,6 +76,26 @@ METHODS: Dict[str, List[str]] = {
 #: that counts is the one measured (docs/benchmarks.md, "The budget control").
 SAMPLE_FACTOR: Dict[str, int] = {"grpo_4xg": 4}
 
+
+
+#: The methods that train a multiple of the comparison's steps, as every method trains a step (P prompts x G, one
+#: optimizer step), evaluated every --steps steps (`run_setting`): uniform GRPO's accuracy at 1, 2, ... k times the
+#: tokens of a comparison's run, the other budget control. Matched with a method that draws more: the prompts' file,
+#: G, the responses trained on per step and the lr; not matched: the number of optimizer steps (k x) and, where the
+#: file holds just the comparison's prompts (the CPU regimes), how often each prompt is seen (k passes).
+STEP_FACTOR: Dict[str, int] = {"grpo_4xsteps": 4}
+
+
+def run_setting(setting: Setting, method: str) -> Setting:
+    """The setting a run of ``method`` trains with: the comparison's, but for a method of `STEP_FACTOR` k: k x
+    --steps steps (its prompts from the same training file, `prompts.prompt_plan`: the same prompts passed k times
+    where the file holds just the comparison's, else more of its prompts), evaluated every --steps steps, so at each
+    multiple of the comparison's steps (where the report reads its tokens against the other methods'). What the run
+    records as its settings stays the comparison's (`setting.settings_of`), with its factor (`method_record`)."""
+    from dataclasses import replace
+
+    k = STEP_FACTOR.get(method, 1)
+    return setting if k == 1 else replace(setting, steps=setting.steps * k, eval_every=setting.steps)
 
 
 #: Flags of every run: the same draws from the same weights, the same pipeline for OpenRLHF's own estimators, an
@@ -95,9 +118,11 @@ def samples_per_prompt(setting: Setting, method: str) -> int:
 
 def method_record(method: str) -> dict:
     """What a run records of its method (started.json, done.json), and a rerun or a report compares: its flags, and
-    its sample factor where it has one (a method without records none, as every run did before factors existed)."""
-    factor = SAMPLE_FACTOR.get(method, 1)
-    return {"method_flags": METHODS[method], **({"sample_factor": factor} if factor != 1 else {})}
+    its sample or step factor where it has one (a method without records none, as every run did before factors
+    existed)."""
+    factor, steps = SAMPLE_FACTOR.get(method, 1), STEP_FACTOR.get(method, 1)
+    return {"method_flags": METHODS[method], **({"sample_factor": factor} if factor != 1 else {}),
+            **({"step_factor": steps} if steps != 1 else {})}
 
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import List, Sequence
 
 from openrlhf_copo.compare.command import check_extra, run_argv
-from openrlhf_copo.compare.methods import METHODS, SAMPLE_FACTOR, samples_per_prompt, sampling_budget
+from openrlhf_copo.compare.methods import (METHODS, SAMPLE_FACTOR, STEP_FACTOR, run_setting, samples_per_prompt,
+                                           sampling_budget)
 from openrlhf_copo.compare.prompts import held_out_sources, prompt_plan
 from openrlhf_copo.compare.provenance import is_finished
 from openrlhf_copo.compare.setting import Setting, evaluations, run_dir, sweep
@@ -38,7 +39,9 @@ def plan(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Pa
     (and whether a finished run under ``out`` would be kept) with what would refuse it (`train_flags.refusals`: the
     parser, OpenRLHF's asserts, COPO's refusals and those of the device the runs take here, ``decision`` or
     `device_for`'s), the prompts each run draws (`prompt_plan`), the held-out sources and their sizes, the
-    evaluations, and the cost at docs/gpu-recipe.md's rate (`RECIPE_STEP`). Refuses what `run_all` refuses (unknown
+    evaluations (a step control's at each multiple of --steps: `methods.run_setting`), the cost at
+    docs/gpu-recipe.md's rate (`RECIPE_STEP`), and the run that each method drawing more than G would need for its
+    equal-tokens cell (`equal_tokens_plan`). Refuses what `run_all` refuses (unknown
     methods, flags after -- that train_ppo_ray does not know or that redefine a method: `check_extra`)."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -47,26 +50,43 @@ def plan(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Pa
     decision = device_for(setting) if decision is None else decision
     prompts = prompt_plan(setting, out)
     runs = []
+    own_prompts = {m: prompt_plan(run_setting(setting, m), out) for m in methods if m in STEP_FACTOR}
     for method, seed, step0 in sweep(methods, seeds):
         directory = run_dir(out, method, seed)
-        argv = run_argv(setting, method, seed, directory, Path(prompts["file"]), step0, prompts["episodes"])
+        mine = own_prompts.get(method, prompts)
+        argv = run_argv(setting, method, seed, directory, Path(mine["file"]), step0, mine["episodes"])
         refused = [decision] if isinstance(decision, str) else refusals(argv, decision)
         runs.append({"method": method, "seed": seed, "step0": step0, "kept": is_finished(directory),
-                     "evaluations": evaluations(setting, step0), "refused": refused,
+                     "evaluations": evaluations(run_setting(setting, method), step0), "refused": refused,
                      "argv": [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv]})
     prompts_drawn = setting.steps * setting.prompts_per_step
     # a method that samples adaptively is counted at its budget per prompt: an upper bound
     budgets = {m: b for m in methods if (b := sampling_budget(m, setting.extra)) is not None}
-    drawn = [prompts_drawn * max(budgets.get(r["method"], 0), samples_per_prompt(setting, r["method"]))
-             for r in runs if not r["kept"]]
+    drawn = [prompts_drawn * STEP_FACTOR.get(r["method"], 1)
+             * max(budgets.get(r["method"], 0), samples_per_prompt(setting, r["method"])) for r in runs if not r["kept"]]
     new = len(drawn)
     cost = {"responses_per_run": prompts_drawn * setting.samples_per_prompt, "runs_to_make": new,
             "adaptive_budgets": budgets, "sample_factors": {m: SAMPLE_FACTOR[m] for m in methods if m in SAMPLE_FACTOR},
+            "step_factors": {m: STEP_FACTOR[m] for m in methods if m in STEP_FACTOR},
             "gpu_hours": sum(drawn) * RECIPE_STEP["gpu_hours"] / RECIPE_STEP["responses"], "rate": RECIPE_STEP}
     where = decision if isinstance(decision, str) else \
         f"the actors run on {'the CPU path' if decision.cpu_path else 'CUDA'} here: {decision.reason}"
     return {"out": str(out), "prompts": prompts, "held_out": held_out_sources(setting.test), "runs": runs,
-            "cost": cost, "seeds": list(seeds), "device": where}
+            "cost": cost, "seeds": list(seeds), "device": where, "step_prompts": own_prompts,
+            "steps": setting.steps, "equal_tokens": equal_tokens_plan(methods, budgets, setting.steps)}
+
+
+def equal_tokens_plan(methods: Sequence[str], budgets: dict, steps: int) -> List[str]:
+    """What the report's equal-tokens column will need (`tokens.equal_tokens`), one line per method that may draw
+    more than the baseline's tokens (an adaptive sampling budget) with no budget control among ``methods``: the run
+    that would fill its cell. A method that draws G per prompt draws about the baseline's tokens and needs none."""
+    controls = [m for m in methods if m in SAMPLE_FACTOR or m in STEP_FACTOR]
+    if controls:
+        return []
+    return [f"{m} may draw up to {b} responses per prompt, more than G: its equal-tokens cell needs a uniform GRPO "
+            f"at its tokens, which no method here spends; add grpo_4xsteps ({STEP_FACTOR['grpo_4xsteps']} x --steps, "
+            f"evaluated every {steps} steps: its evaluation nearest the method's tokens is paired with it) or "
+            f"grpo_4xg ({SAMPLE_FACTOR['grpo_4xg']} x G) to --methods" for m, b in budgets.items()]
 
 
 def plan_text(p: dict) -> str:
@@ -91,8 +111,13 @@ def plan_text(p: dict) -> str:
              + "".join(f" {m} draws G, then more for the prompts it has not resolved, up to {b} per prompt: counted "
                        f"at {b} (an upper bound)." for m, b in cost.get("adaptive_budgets", {}).items())
              + "".join(f" {m} draws {k} x G responses per prompt and trains on all of them: counted at {k} x G."
-                       for m, k in cost.get("sample_factors", {}).items()),
-             seeds_line(p["seeds"]), checked_line(p), ""]
+                       for m, k in cost.get("sample_factors", {}).items())
+             + "".join(f" {m} trains {k} x the steps ({p['steps'] * k}) on {p['step_prompts'][m]['drawn']:,} prompts "
+                       f"drawn ({p['step_prompts'][m]['distinct']:,} distinct, {p['step_prompts'][m]['passes']:.2f} "
+                       f"passes), evaluated every {p['steps']} steps: counted at {k} x the steps."
+                       for m, k in cost.get("step_factors", {}).items()),
+             seeds_line(p["seeds"]), checked_line(p)]
+    lines += [f"Equal tokens: {line}." for line in p.get("equal_tokens", [])] + [""]
     for r in p["runs"]:
         what = "kept: finished before" if r["kept"] else (
             "evaluates at steps " + ", ".join(map(str, r["evaluations"]))

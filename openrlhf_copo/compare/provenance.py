@@ -147,11 +147,13 @@ RECORDED = ("settings", "method_flags", "episodes", "prompts", "environment", "c
 def read_record(info: dict) -> dict:
     """A run's marker (done.json) in today's shape, whatever schema it was written in (`SCHEMA`): every entry of
     `RECORDED` present, None where the run did not record it (listed in ``unknown``, with the schema it was written
-    in, ``schema``), ``sample_factor`` 1 where none was recorded (every run before factors existed drew G), and
+    in, ``schema``), ``sample_factor`` and ``step_factor`` 1 where none was recorded (every run before factors
+    existed drew G for --steps steps), and
     ``start_sha256`` None for a run without a start checkpoint. What the run did record is kept as it is. Every reader
     of done.json goes through this, and the checks below read only its shape. Idempotent."""
     schema = info.get("schema", 1 if "settings" in info else 0)
-    record = {**{key: None for key in RECORDED}, "sample_factor": 1, "start_sha256": None, **info, "schema": schema}
+    record = {**{key: None for key in RECORDED}, "sample_factor": 1, "step_factor": 1, "start_sha256": None, **info,
+              "schema": schema}
     if not record["environment"]:
         record["environment"] = None  # {}: recorded as nothing, which says as little
     record["unknown"] = [key for key in RECORDED if record[key] is None]
@@ -231,19 +233,20 @@ def finished_runs(out: Path, methods: Optional[Sequence[str]] = None,
 
 
 def method_flags_differ(directory: Path, info: dict, method: str) -> Optional[str]:
-    """Why a finished run may not stand for ``method`` now: its recorded flags and sample factor (done.json's
-    ``method_flags``, ``sample_factor``) are not `method_record`'s (the method was redefined since); None when they
-    are, or when none were recorded (``info`` in `read_record`'s shape)."""
+    """Why a finished run may not stand for ``method`` now: its recorded flags and factors (done.json's
+    ``method_flags``, ``sample_factor``, ``step_factor``) are not `method_record`'s (the method was redefined since);
+    None when they are, or when none were recorded (``info`` in `read_record`'s shape)."""
     info = read_record(info)
     if info["method_flags"] is None:
         return None
-    then, now = ({"method_flags": r["method_flags"], "sample_factor": r.get("sample_factor", 1)}
-                 for r in (info, method_record(method)))
+    then, now = ({"method_flags": r["method_flags"], "sample_factor": r.get("sample_factor", 1),
+                  "step_factor": r.get("step_factor", 1)} for r in (info, method_record(method)))
     if then == now:
         return None
 
     def said(r):
-        return " ".join(r["method_flags"]) + (f" at {r['sample_factor']} x G" if r["sample_factor"] != 1 else "")
+        return " ".join(r["method_flags"]) + (f" at {r['sample_factor']} x G" if r["sample_factor"] != 1 else "") \
+            + (f" for {r['step_factor']} x the steps" if r["step_factor"] != 1 else "")
 
     return (f"{directory} was made with {method}'s flags {said(then)}, and {method} is now {said(now)}: use another "
             f"--out, or delete {directory} to rerun it")

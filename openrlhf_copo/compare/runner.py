@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from openrlhf_copo.compare.command import check_extra, run_argv
-from openrlhf_copo.compare.methods import METHODS, method_record, stops_early
+from openrlhf_copo.compare.methods import METHODS, method_record, run_setting, stops_early
 from openrlhf_copo.compare.prompts import prompt_plan, train_file
 from openrlhf_copo.compare.provenance import SCHEMA, check_finished_run, content_of, environment, is_finished
 from openrlhf_copo.compare.setting import Setting, due_evaluations, run_dir, settings_of, sweep
@@ -166,8 +166,9 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
         check_finished_run(directory, info, method, wanted)
         return info
     with RunLock(directory) as lock:  # held until the run's markers are written
-        resumed = prepare_run_folder(directory, setting, {**wanted, **method_record(method)}, step0)
-        train, episodes = train_file(setting, out)
+        own = run_setting(setting, method)  # a step control's steps and evaluations; the recorded settings stay these
+        resumed = prepare_run_folder(directory, own, {**wanted, **method_record(method)}, step0)
+        train, episodes = train_file(own, out)
         argv = run_argv(setting, method, seed, directory, train, step0, episodes)
         log = directory / "train.log"
         if resumed:
@@ -177,13 +178,13 @@ def run_one(setting: Setting, method: str, seed: int, out: Path, step0: bool) ->
         rc = run_child([sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv], log, lock,
                        env={**os.environ, "PYTHONUNBUFFERED": "1"}, append=bool(resumed))
         wall = time.time() - t0
-        wrong = check_steps(directory / "metrics.jsonl", setting.steps, stops_early(METHODS[method])) \
+        wrong = check_steps(directory / "metrics.jsonl", own.steps, stops_early(METHODS[method])) \
             if rc == 0 else None
         if rc != 0 or wrong:
             raise RunFailed(f"[{method} seed {seed}] failed ({f'exit {rc}' if rc else wrong}); log: {log}", rc or 1,
                             log)
         info = {"schema": SCHEMA, "method": method, "seed": seed, "wall_seconds": round(wall, 1), **wanted,
-                **method_record(method), "episodes": episodes, "prompts": prompt_plan(setting, out),
+                **method_record(method), "episodes": episodes, "prompts": prompt_plan(own, out),
                 "environment": environment()}
         if resumed:
             info["resumed_from_step"] = resumed

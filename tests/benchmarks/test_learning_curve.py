@@ -15,7 +15,10 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
     parsed = {m: load_args(lc.run_argv(m, 1, 6, 3, "model", tmp_path / "train.jsonl", tmp_path / "test.jsonl",
                                        tmp_path / m)) for m in lc.METHODS}
     for m, a in parsed.items():
-        assert a.train.seed == 1 and a.eval.steps == 3 and a.copo.eval_greedy
+        # a step control (grpo_4xsteps) trains 4 passes over the file, evaluated at each multiple of the 6 steps
+        k = compare.STEP_FACTOR.get(m, 1)
+        assert a.train.seed == 1 and a.eval.steps == (3 if k == 1 else 6) and a.train.num_episodes == k
+        assert a.copo.eval_greedy
         assert a.copo.seeded_rollouts and a.copo.eval_after_train  # same draws; every run ends evaluated
         # the step-0 evaluation (same model, same prompts) is made once per seed, by COPO's run
         assert a.copo.eval_before_train == (m == "copo")
@@ -175,9 +178,10 @@ def test_the_report_covers_every_finished_run_whatever_methods_ran(lc, tmp_path)
     """`--methods go_only` picks what to run; the report still has COPO (and its step-0 evaluation, shared): a run
     of GO-Only alone once rewrote the committed report with GO-Only only, its "before" its own step-6 value."""
     out = tmp_path / "runs"
-    for info in (_write_run(out, "copo", 0, [(0, 0.5, 0.2), (6, 0.7, 0.5)], [], "1101"),
-                 _write_run(out, "go_only", 0, [(6, 0.25, 0.1)], [], "0001"),
-                 _write_run(out, "grpo", 0, [(6, 0.5, 0.5)], [])):  # unfinished: no marker
+    six = [{"rollout/num_samples": 24.0, "rollout/response_length_mean": 10.0}] * 6  # runs of 6 steps
+    for info in (_write_run(out, "copo", 0, [(0, 0.5, 0.2), (6, 0.7, 0.5)], six, "1101"),
+                 _write_run(out, "go_only", 0, [(6, 0.25, 0.1)], six, "0001"),
+                 _write_run(out, "grpo", 0, [(6, 0.5, 0.5)], six)):  # unfinished: no marker
         if info["method"] != "grpo":
             (out / f"{info['method']}-seed{info['seed']}" / "done.json").write_text(json.dumps(info))
     assert lc.main(["--report_only", "--methods", "go_only", "--seeds", "1", "--out", str(out)]) == 0
@@ -186,6 +190,27 @@ def test_the_report_covers_every_finished_run_whatever_methods_ran(lc, tmp_path)
     assert result["table"]["go_only"]["heldout_before"][0] == pytest.approx(0.5)  # COPO's step 0, shared
     assert result["table"]["go_only"]["gain"][0] == pytest.approx(-0.25)
     assert [p for p in result["paired"]] == ["go_only"]
+    # no finished GRPO run: no row has seeds to read its tokens over, so no table of tokens
+    assert result["tokens"]["table"]["go_only"]["seeds"] == []
+    assert "Generated tokens of the training rollouts" not in (tmp_path / "learning_curve.md").read_text()
+
+
+def test_the_report_adds_the_tokens_each_method_generated_beside_grpos(lc, tmp_path):
+    """The report's table of generated tokens (the comparison tool's): 6 steps of 24 responses, GRPO's of 10 tokens,
+    COPO's of 12: 1,440 and 1,728 tokens, x1.20, beyond the 10% within which a method draws GRPO's tokens, and no
+    uniform GRPO run at 1,728 (GRPO's own evaluations reach 1,440 x 1.25 = 1,800: step 6 at x1.20 is within)."""
+    out = tmp_path / "runs"
+    for method, length, outcomes in (("grpo", 10.0, "1001"), ("copo", 12.0, "1101")):
+        steps = [{"rollout/num_samples": 24.0, "rollout/response_length_mean": length}] * 6
+        info = _write_run(out, method, 0, [(0, 0.5, 0.2)] * (method == "copo") + [(6, 0.7, 0.5)], steps, outcomes)
+        (out / f"{method}-seed0" / "done.json").write_text(json.dumps(info))
+    assert lc.main(["--report_only", "--seeds", "1", "--out", str(out)]) == 0
+    tokens = json.loads((tmp_path / "learning_curve.json").read_text())["tokens"]["table"]
+    assert tokens["copo"]["tokens"]["final"] == 6 * 24 * 12 and tokens["copo"]["tokens"]["ratio"][0] == 1.2
+    assert [(p["step"], p["tokens"]) for p in tokens["copo"]["token_curve"]] == [(0, 0), (6, 1728)]
+    text = (tmp_path / "learning_curve.md").read_text()
+    assert "| grpo | 1 | 1,440 | (baseline) | rollout |" in text and "| copo | 1 | 1,728 | x1.20 | rollout |" in text
+    assert (tmp_path / lc.TOKENS_PLOT).stat().st_size > 10_000
 
 
 def test_contrasts_and_mechanism_isolate_one_departure_from_grpo_at_a_time(lc, tmp_path):

@@ -337,3 +337,21 @@ def test_reinforce_ada_is_paired_with_its_budget_control_seed_by_seed(regimes, t
     assert d["ci95"] == pytest.approx((-12.7062 * 0.25, 12.7062 * 0.25), abs=1e-4)
     assert "| reinforce_ada - grpo_4xg | +0.000 [-3.177, +3.177] over seeds | 0: +0.250 (1 / 0), 1: -0.250 (0 / 1) |" \
         in regimes.controls_markdown({"controls": {"reinforce_ada - grpo_4xg": d}})
+
+
+def test_the_cost_of_dapo_counts_the_groups_its_filter_dropped(regimes, tmp_path, monkeypatch):
+    """DAPO's step drew 5 prompts x G = 6 = 30 responses (prompts_consumed 5), kept 24 of mean length 10 (pass rate
+    100 x 24 / 5 = 480): 30 x 10 = 300 tokens generated (`metrics_file.generated_tokens`, the dropped group priced at
+    the kept ones' length), not the 240 it trained on. GRPO's 24 x 10 = 240: x1.25. The token table beside the
+    report's says where each count came from; regimes_tokens.png draws accuracy against them."""
+    first = {"copo_zero_std": 0.75, "copo_all_incorrect": 0.5, "copo_signal_copo": 0.25}
+    _run(tmp_path / "hard", "grpo", 0, "1000", first)
+    _run(tmp_path / "hard", "dapo", 0, "1100", {"dynamic_filtering_pass_rate": 480.0, "prompts_consumed": 5.0})
+    monkeypatch.setattr(regimes, "REGIME_RUNS", {"hard": (tmp_path / "hard", 6, 3e-5)})
+    results = regimes.collect()
+    cost = results["hard"]["cost"]
+    assert cost["grpo"]["tokens_per_step"] == 240 and cost["dapo"]["tokens_per_step"] == 300
+    assert cost["dapo"]["tokens_per_step_ratio"] == pytest.approx((1.25, 1.25, 1.25))
+    assert "| dapo | 1 | 300 | x1.25 | dapo_estimate |" in compare.markdown(results["hard"])
+    compare.plot_tokens({regimes.column(r, res): res for r, res in results.items()}, tmp_path / "tokens.png")
+    assert (tmp_path / "tokens.png").stat().st_size > 10_000

@@ -216,3 +216,44 @@ def test_the_plan_counts_grpo_4xg_at_4g_and_a_users_flag_cannot_redefine_its_g(t
     with pytest.raises(SystemExit, match="would change method grpo_4xg's optimizer steps"):
         compare.plan(setting(tmp_path, prompts_per_step=3, steps=2, extra=["--train.batch_size", "18"]),
                      ["grpo", "grpo_4xg"], [0], tmp_path / "c")
+
+
+def test_the_step_control_trains_k_times_the_steps_over_the_same_prompts_evaluated_at_each_multiple(tmp_path,
+                                                                                                 load_args):
+    """grpo_4xsteps (`compare.STEP_FACTOR`): 4 x the comparison's 2 steps over its 6 prompts (3 a step) is 4 whole
+    passes of the same file (4 OpenRLHF episodes), evaluated every 2 steps, so at 2, 4, 6 and 8; the flags a preset
+    repeats after -- with the comparison's own values (--train.num_episodes 1, as the CPU presets do) do not cut it
+    to 2 steps: its own come after them. The plan counts it at 4 x the steps, says so, and records it."""
+    _twelve_prompts(tmp_path)
+    (tmp_path / "train.jsonl").write_text("".join(f'{{"prompt": "q{n}", "label": "1"}}\n' for n in range(6)))
+    s = compare.Setting(model="m", train=tmp_path / "train.jsonl", test=tmp_path / "test.jsonl", prompts_per_step=3,
+                        steps=2, eval_every=1, extra=[*CPU_FLAGS, "--train.num_episodes", "1"])
+    p = compare.plan(s, ["grpo", "grpo_4xsteps"], [0], tmp_path / "out", decision=DeviceDecision(CPU, "a test"))
+    grpo, longer = (load_args(r["argv"][3:]) for r in p["runs"])
+    assert (grpo.train.num_episodes, grpo.eval.steps) == (1, 1)
+    assert (longer.train.num_episodes, longer.eval.steps, longer.rollout.n_samples_per_prompt) == (4, 2, 6)
+    assert longer.data.prompt_dataset == grpo.data.prompt_dataset == str(tmp_path / "train.jsonl")
+    assert p["runs"][1]["evaluations"] == [2, 4, 6, 8] and not p["runs"][1]["refused"]
+    assert p["cost"]["step_factors"] == {"grpo_4xsteps": 4}
+    assert p["cost"]["gpu_hours"] == pytest.approx((6 * 6 + 4 * 6 * 6) * 0.2 / (512 * 6))
+    text = compare.plan_text(p)
+    assert "grpo_4xsteps trains 4 x the steps (8) on 24 prompts drawn (6 distinct, 4.00 passes), evaluated every 2 " \
+           "steps: counted at 4 x the steps." in text
+    assert compare.method_record("grpo_4xsteps") == {"method_flags": compare.METHODS["grpo"], "step_factor": 4}
+
+
+def test_the_plan_names_the_run_an_adaptive_method_needs_for_its_equal_token_cell(tmp_path):
+    """Reinforce-Ada may draw up to its budget: without a uniform GRPO at its tokens among the methods, the plan says
+    which run would give its equal-tokens cell; with one, nothing."""
+    _twelve_prompts(tmp_path)
+    s = compare.Setting(model="m", train=tmp_path / "train.jsonl", test=tmp_path / "test.jsonl", prompts_per_step=3,
+                        steps=2, extra=CPU_FLAGS)
+    cpu = DeviceDecision(CPU, "a test")
+    alone = compare.plan(s, ["grpo", "reinforce_ada"], [0], tmp_path / "out", decision=cpu)
+    assert alone["equal_tokens"] == ["reinforce_ada may draw up to 32 responses per prompt, more than G: its "
+                                     "equal-tokens cell needs a uniform GRPO at its tokens, which no method here "
+                                     "spends; add grpo_4xsteps (4 x --steps, evaluated every 2 steps: its evaluation "
+                                     "nearest the method's tokens is paired with it) or grpo_4xg (4 x G) to --methods"]
+    assert "Equal tokens: reinforce_ada may draw up to 32" in compare.plan_text(alone)
+    paired = compare.plan(s, ["grpo", "reinforce_ada", "grpo_4xsteps"], [0], tmp_path / "out", decision=cpu)
+    assert paired["equal_tokens"] == []

@@ -130,8 +130,10 @@ def test_the_report_pairs_each_method_with_grpo_prompt_by_prompt_and_over_seeds(
     assert ngrpo["mean"] == pytest.approx(-0.25) and ngrpo["ci95"] == pytest.approx((-0.25 - 1.96 * 0.25,
                                                                                      -0.25 + 1.96 * 0.25))
     text = compare.markdown(result)
-    assert "| grpo | 2 | 0.375 +- 0.125 | (baseline) | 0.75 | 0.50 | 0.25 | 0.20 |" in text
-    assert "| copo | 2 | 0.625 +- 0.125 | +0.250 [+0.250, +0.250] over seeds | 0.50 |" in text
+    # no run logged its generated tokens: no equal-token figure, and no table of tokens
+    assert "| grpo | 2 | 0.375 +- 0.125 | (baseline) | (baseline) | 0.75 | 0.50 | 0.25 | 0.20 |" in text
+    assert "| copo | 2 | 0.625 +- 0.125 | +0.250 [+0.250, +0.250] over seeds | tokens not logged | 0.50 |" in text
+    assert "Generated tokens of the training rollouts" not in text
     assert "| ngrpo | 1 | 0.000 | -0.250 [-0.740, +0.240] over prompts (one seed) |" in text
 
 

@@ -2,6 +2,7 @@
 run again, through the real Ray pipeline with the tiny random model, as a user would run it on their own model and
 data (the GPU path of the same command has not been run)."""
 
+import itertools
 import json
 import os
 import signal
@@ -143,3 +144,28 @@ def test_a_killed_compare_ends_its_run_and_the_rerun_goes_on_from_its_checkpoint
     assert all(r["time"] > killed["at"] for r in steps if r["step"] > step)
     assert [r["prompts_consumed"] for r in steps] == [2, 4, 6]  # the prompts drawn go on from the checkpoint
     assert not (run / "scratch").exists()  # deleted once the run finished
+
+
+def test_every_step_logs_the_tokens_its_rollout_generated_and_the_total_goes_on_through_the_resume(compared):
+    """Issue 69 item 1 through the real pipeline: each step's `copo_generated_tokens` (patch 4, counted as the rollout
+    turns each vLLM response into an experience) is the sum of its rollout's response lengths, which OpenRLHF logs
+    as rollout/num_samples x rollout/response_length_mean (nothing is dropped here; the evaluations' responses, at
+    step 0 and after step 3, are not counted); `copo_generated_tokens_total` is their running sum, across the copo
+    run's resume from its checkpoint too; the report reads them (its table of tokens, from the counted metric) and
+    plots accuracy against them."""
+    out, _, resumed, _ = compared
+    assert resumed.returncode == 0
+    totals = {}
+    for method in ("grpo", "copo"):
+        steps = [r for r in rows_of(out, method) if not r.get("eval")]
+        assert all(r["copo_generated_tokens"] == round(r["rollout/num_samples"] * r["rollout/response_length_mean"])
+                   > 0 for r in steps), steps
+        assert [r["copo_generated_tokens_total"] for r in steps] == \
+            list(itertools.accumulate(r["copo_generated_tokens"] for r in steps))
+        totals[method] = steps[-1]["copo_generated_tokens_total"]
+    report = json.loads((out / "report.json").read_text())
+    copo = report["table"]["copo"]["tokens"]
+    assert copo["final"] == totals["copo"] and copo["sources"] == ["counted"]
+    assert copo["ratio"][0] == pytest.approx(totals["copo"] / totals["grpo"])
+    assert "Generated tokens of the training rollouts" in (out / "report.md").read_text()
+    assert (out / "report_tokens.png").stat().st_size > 10_000

@@ -74,12 +74,15 @@ def test_rounds_are_drawn_logged_and_start_with_the_first_round_of_another_metho
         assert row["copo_ada_rounds"] == 1 + (drawn[-1] - 4) // 4
         assert 0 <= row["copo_ada_resolved"] <= 1 and row["copo_ada_tokens"] >= row["copo_ada_tokens_first_round"] > 0
         assert (row["copo_ada_tokens"] > row["copo_ada_tokens_first_round"]) == (drawn[-1] > 4)
+        # every round's tokens in the step's count (patch 4, issue 69), Reinforce-Ada's own count of them
+        assert row["copo_generated_tokens"] == row["copo_ada_tokens"]
         assert math.isfinite(row["policy_loss"]) and row["copo_w_local"] == 1 and row["copo_w_global"] == 0
         # both engines served the step's 2 prompts (one each: OpenRLHF balances by pending requests), and each
         # engine's responses carry its own weight-sync logprob gap
         assert row["copo_num_engines"] == 2 and all(
             math.isfinite(row[f"copo_rollout_logprob_absdiff_engine{e}"]) for e in (0, 1)), row
     assert "openrlhf_copo: reinforce_ada: " in out.stderr
+    assert rows[1]["copo_generated_tokens_total"] == rows[0]["copo_ada_tokens"] + rows[1]["copo_ada_tokens"]
     # seeded rollouts: step 1's first round is the other method's step 1, response for response (both drew it from
     # the start's weights, that run on one engine, this one on two); later rounds are new draws
     for prompt in step1:

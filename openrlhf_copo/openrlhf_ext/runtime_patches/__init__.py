@@ -7,6 +7,9 @@ patch  module         what it changes in OpenRLHF 0.11.2                  why
  2     copo           ActorPPOTrainer.__init__                            the PolicyLoss becomes loss.CopoPolicyLoss
  3     copo           ActorPPOTrainer.training_step                       the global advantages reach it; terms logged
  4     metrics_file   BasePPOTrainer.save_logs_and_checkpoints            --copo.metrics_file; then the last-step eval
+                      SamplesGenerator.generate_samples,                  each step's generated tokens counted and
+                      ._process_response_into_experience,                 logged (every response drawn, evaluation
+                      BasePPOTrainer.init_checkpoint_states               apart); the total kept in checkpoints
  5     evaluation     compute_eval_metrics                                mean@k, its SE, maj@k, greedy accuracy logged
  6     evaluation     BasePPOTrainer.init_checkpoint_states               --copo.eval_before_train; watches the prompts
                     SamplesGenerator.generate_samples                   for --copo.eval_after_train

@@ -59,9 +59,9 @@ PATCHED_SYMBOLS: Dict[Tuple[str, str], Tuple[List[str], str]] = {
         (["self", "global_step", "logs_dict", "client_states"], "4"),
     ("openrlhf.trainer.ppo_trainer", "compute_eval_metrics"):
         (["eval_dataloader", "samples_list", "n_samples_per_prompt"], "5"),
-    ("openrlhf.trainer.ppo_trainer", "BasePPOTrainer.init_checkpoint_states"): (["self"], "6"),
+    ("openrlhf.trainer.ppo_trainer", "BasePPOTrainer.init_checkpoint_states"): (["self"], "4, 6"),
     ("openrlhf.trainer.ppo_trainer", "PPOTrainer.evaluate"): (["self", "global_step"], "6"),
-    ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator.generate_samples"): (["self"], "6"),
+    ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator.generate_samples"): (["self"], "4, 6"),
     ("openrlhf.utils.agent", "SingleTurnAgentExecutor.execute"): (_EXECUTE, "7"),
     ("openrlhf.utils.agent", "MultiTurnAgentExecutor.execute"): (_EXECUTE, "7"),
     ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator.generate_eval_samples"): (["self"], "8"),
@@ -71,7 +71,7 @@ PATCHED_SYMBOLS: Dict[Tuple[str, str], Tuple[List[str], str]] = {
     ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._dispatch_prompts_to_vllm"):
         (["self", "prompts", "labels"], "9, 11"),
     ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._process_response_into_experience"):
-        (["self", "response"], "11"),
+        (["self", "response"], "4, 11"),
     ("openrlhf.trainer.ppo_trainer", "prepare_datasets"): (["strategy", "tokenizer"], "10"),
     # the CPU device path (`openrlhf_ext/cpu.py`): replaced outright, only on a run whose device decision is the CPU
     ("openrlhf.utils.deepspeed.deepspeed", "init_device_mesh"): (["device_type"], CPU_PATH),

@@ -31,8 +31,8 @@ def test_moved_symbol_is_refused(monkeypatch):
     # called positionally by patch 8 (and wrapped by 11): a new parameter before `dynamic_filtering` would shift the
     # call's meaning
     ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._generate_vllm", "8, 11"),
-    # called by patch 11 on every response of Reinforce-Ada's later rounds
-    ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._process_response_into_experience", "11"),
+    # called by patch 11 on every response of Reinforce-Ada's later rounds, wrapped by 4 to count its tokens
+    ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator._process_response_into_experience", "4, 11"),
     # patch 7 reads the engine as the sixth argument when it is not passed by keyword
     ("openrlhf.utils.agent", "SingleTurnAgentExecutor.execute", "7"),
     ("openrlhf.trainer.ppo_trainer", "prepare_datasets", "10"),
