@@ -1,4 +1,5 @@
-"""`compare.methods`: the methods' flags, their published clips, the budget control's 4 x G."""
+"""`compare.methods`: the methods' flags, their published clips (the selection control's too), the budget control's
+4 x G."""
 
 import pytest
 

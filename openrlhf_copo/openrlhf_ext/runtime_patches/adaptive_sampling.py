@@ -18,7 +18,8 @@ Reinforce-Ada's selection control (``reinforce_ada_uniform``, `core.Mode.random_
 steps: 2. is one round that brings every prompt to ``--copo.ada_draw_factor`` x G responses, whatever they are, and 3.
 keeps G of them chosen at random (`core.ada_random_keep`), seeded by the run's seed, the prompt and the run's draw
 index of the prompt's first response of the step (`keep_seed`, `first_draw_indices`): the same keep in every run of a
-seed. Its pools' draws carry the seeds of the budget control ``grpo_4xg``'s (the same draw indices, 4G a visit).
+seed. Under --copo.seeded_rollouts and the default factor 4, its pools' draws carry the seeds of the budget control
+``grpo_4xg``'s draws (the same draw indices: 4G a visit for both).
 
 A pool (`Pool`) holds counts of everything drawn for its prompt, and only the responses the selection can still take
 (`core.ada_keepable`): at most G per prompt at any time, not the whole budget (at 512 prompts, budget 32 and 4k-token
@@ -37,8 +38,8 @@ first round is GRPO's (with G = round size the two are the same). Evaluation and
 from __future__ import annotations
 
 import functools
-import sys
 import hashlib
+import sys
 from collections import Counter, defaultdict
 from typing import Dict, List, Optional, Sequence
 
