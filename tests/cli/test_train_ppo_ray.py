@@ -203,6 +203,13 @@ def test_preflight_refuses_a_threshold_outside_the_rewards_the_reward_file_decla
         f"--copo.ada_threshold {float(threshold):g} is outside the rewards of {tmp_path / 'my_reward.py'} "
         f"(REWARD_RANGE 0 to 1): {counted} would count as correct, so every prompt would draw the whole "
         "--copo.ada_budget and train on its reward with no baseline; give a threshold in [0, 1)")
+    # Reinforce-Ada's selection control reads the threshold too, and draws its 4G whatever it is
+    control = ada_run(tmp_path, "REWARD_RANGE = (0.0, 1.0)\n", "--advantage_estimator", "reinforce_ada_uniform",
+                      "--copo.ada_threshold", threshold)
+    with pytest.raises(PreflightError) as exc:
+        preflight(control)
+    assert str(exc.value).endswith(f"{counted} would count as correct, so every prompt would train on its reward with "
+                                   "no baseline; give a threshold in [0, 1)")
 
 
 def test_preflight_accepts_a_threshold_in_range_or_a_reward_file_without_one(tmp_path):
