@@ -119,7 +119,7 @@ def test_a_prompt_that_never_resolves_draws_the_whole_budget(setup):
     assert row["copo_ada_resolved"] == 0 and row["copo_signal_grpo"] == 0 and row["copo_zero_std"] == 1
     assert row["copo_prompt_reward_mean"] == 0.5 and row["copo_global_adv_raw"] == pytest.approx(0, abs=1e-6)
     assert row["copo_signal_copo"] == 1 and row["copo_w_global"] > 0.5 and math.isfinite(row["policy_loss"])
-    assert "openrlhf_copo: reinforce_ada: " in out.stderr and "clips the ratio" not in out.stderr
+    assert "openrlhf_copo: reinforce_ada_copo: 3 round(s)" in out.stderr and "clips the ratio" not in out.stderr
 
 
 def test_the_selection_control_draws_3g_in_one_round_with_the_seeds_of_reinforce_adas_draws(setup, ada_run):
