@@ -277,22 +277,25 @@ def cost_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-#: A method beside the control that matches its generation budget, paired seed by seed: Reinforce-Ada against GRPO
-#: drawing and training on 4 x G (issue 52; docs/benchmarks.md, "The budget control").
-CONTROLS = {"reinforce_ada": "grpo_4xg"}
+#: A method beside its controls, each paired with it seed by seed: Reinforce-Ada against GRPO drawing and training on
+#: 4 x G (`grpo_4xg`, issue 52: as much drawn, all of it trained on) and against its selection control
+#: (`reinforce_ada_uniform`, issue 69: as much drawn, G kept at random with Reinforce-Ada's baseline and clip);
+#: docs/benchmarks.md, "The budget control" and "The selection control".
+CONTROLS = {"reinforce_ada": ("grpo_4xg", "reinforce_ada_uniform")}
 
 
 def against_controls(folder: Path, infos: List[dict]) -> Dict[str, dict]:
-    """Each method of `CONTROLS` minus its control at the final evaluation, paired over the seeds both finished: the
-    tool's own report with the control as its baseline (`compare.report`), as each method minus GRPO is;
-    {"reinforce_ada - grpo_4xg": ...} where both ran."""
+    """Each method of `CONTROLS` minus each of its controls at the final evaluation, paired over the seeds both
+    finished: the tool's own report with the control as its baseline (`compare.report`), as each method minus GRPO is;
+    {"reinforce_ada - grpo_4xg": ..., "reinforce_ada - reinforce_ada_uniform": ...} where both of a pair ran."""
     out = {}
-    for method, control in CONTROLS.items():
-        pair = [i for i in infos if i["method"] in (method, control)]
-        if {i["method"] for i in pair} == {method, control}:
-            d = compare.report(folder, pair, baseline=control)["table"][method]["minus_baseline"]
-            if d:
-                out[f"{method} - {control}"] = d
+    for method, controls in CONTROLS.items():
+        for control in controls:
+            pair = [i for i in infos if i["method"] in (method, control)]
+            if {i["method"] for i in pair} == {method, control}:
+                d = compare.report(folder, pair, baseline=control)["table"][method]["minus_baseline"]
+                if d:
+                    out[f"{method} - {control}"] = d
     return out
 
 
@@ -511,8 +514,8 @@ def report() -> Dict[str, dict]:
                  "Accuracy beside cost (each ratio over the seeds both finished, their range in brackets; tokens are "
                  "counted, the times were taken on a machine shared with other work):", "", cost_markdown(res), ""]
         if res["controls"]:
-            text += ["Against its budget control (the same seeds, prompts and steps; docs/benchmarks.md, \"The budget "
-                     "control\"):", "", controls_markdown(res), ""]
+            text += ["Against its controls (the same seeds, prompts and steps; docs/benchmarks.md, \"The budget "
+                     "control\" and \"The selection control\"):", "", controls_markdown(res), ""]
     table = which_method_when_with_notes(results)
     text += ["## Which method when", "", table, ""]
     data = table_data(results)

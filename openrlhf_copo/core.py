@@ -30,12 +30,14 @@ The registry below also holds every switch of the authors' released code (docs/p
 paper: NGRPO (``ngrpo``), RL-ZVP (``rl_zvp``) and Dr. GRPO (``dr_grpo``); and Reinforce-Ada (``reinforce_ada``), which
 answers them by sampling more: its exit rules, its choice of the G kept and its pool baseline are here
 (`ada_resolved`, `ada_select`, `ada_pool_baseline`), its extra generation rounds in
-`openrlhf_ext.runtime_patches.adaptive_sampling`; ``reinforce_ada_copo`` adds COPO's global term to it.
+`openrlhf_ext.runtime_patches.adaptive_sampling`; ``reinforce_ada_copo`` adds COPO's global term to it, and
+``reinforce_ada_uniform`` is its selection control (one uniform draw of k x G, G kept at random: `ada_random_keep`).
 """
 
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, Optional, Tuple
 
@@ -68,6 +70,7 @@ __all__ = [
     "ada_kept_counts",
     "ada_select",
     "ada_keepable",
+    "ada_random_keep",
     "ada_pool_baseline",
     "ada_local_advantage",
     "ada_prompt_reward",
@@ -101,6 +104,9 @@ class Defaults:
     ada_round_size: int = 8  # round_repeat: responses per unresolved prompt and round
     ada_budget: int = 32  # max_rounds 4 x round_repeat 8: responses drawn per prompt at most
     ada_threshold: float = 0.7  # positive_threshold: a response is correct when its reward exceeds it
+    # Reinforce-Ada's selection control (reinforce_ada_uniform): responses drawn per prompt, as a multiple of G: the
+    # budget control grpo_4xg's 4 (Reinforce-Ada drew 3.75x GRPO's tokens per step in the `hard` regime)
+    ada_draw_factor: int = 4
 
 
 DEFAULTS = Defaults()
@@ -244,8 +250,10 @@ class Mode:
     ``token_advantage(coef, token_entropy, mask)``: the second term's per-token advantage from its per-response
     coefficient and the policy's token entropy (RL-ZVP), computed in the loss; ``clip``: the (low, high) PPO clip
     range of the mode's paper, which the start-up warns about when the run's differs; ``adaptive_sampling``: the
-    rollout draws more responses for unresolved prompts and keeps G of each pool (Reinforce-Ada: patch 11), and the
-    advantage reads the pool's statistics (`WeightInputs.pool_correct`, ``pool_size``); ``global_std``: the global
+    rollout draws a pool of more than G responses per prompt and keeps G of each (patch 11), and the advantage reads
+    the pool's statistics (`WeightInputs.pool_correct`, ``pool_size``): Reinforce-Ada's rounds for the unresolved
+    prompts and its balanced keep, or, with ``random_keep``, its selection control's one uniform draw of
+    ``--copo.ada_draw_factor`` x G per prompt and G of it kept at random (`ada_random_keep`); ``global_std``: the global
     term's std where the mode takes it from another paper than its local term's (``--copo.std`` then sets the local
     term's alone); ``prompt_reward(x)``: the mode's own R(q) [B] in place of mean_G r (eq. g_r)."""
 
@@ -263,6 +271,12 @@ class Mode:
     adaptive_sampling: bool = False
     global_std: Optional[str] = None
     prompt_reward: Optional[Callable[[WeightInputs], torch.Tensor]] = None
+    random_keep: bool = False
+
+    def __post_init__(self):
+        if self.random_keep and not self.adaptive_sampling:
+            raise ValueError(f"mode {self.name}: random_keep chooses the G kept of a pool, which only a mode that "
+                             "samples adaptively draws (adaptive_sampling=True)")
 
 
 _MODES: Dict[str, Mode] = {}
@@ -519,6 +533,18 @@ def ada_keepable(n_correct: int, n_incorrect: int, G: int) -> Tuple[int, int]:
     return ada_kept_counts(G, n_incorrect, G)[0], ada_kept_counts(n_correct, G, G)[1]
 
 
+def ada_random_keep(n_drawn: int, G: int, seed: int) -> list:
+    """Which G of a pool of ``n_drawn`` responses train under Reinforce-Ada's selection control
+    (``reinforce_ada_uniform``): a uniformly random G-subset of the draw indices 0 .. n_drawn - 1, in draw order.
+    Every one of the C(n_drawn, G) subsets is equally likely, whatever the responses are: the keep ignores correctness,
+    which is what the control takes away from `ada_select`'s balanced keep. Chosen from ``seed`` alone
+    (`random.Random(seed).sample`), before anything is drawn: the same seed keeps the same draws in every run, and the
+    pool needs to hold only those (`runtime_patches.adaptive_sampling.Pool`)."""
+    if not 1 <= G <= n_drawn:
+        raise ValueError(f"a random keep of G = {G} from a pool of {n_drawn} responses: G must be in [1, {n_drawn}]")
+    return sorted(random.Random(seed).sample(range(n_drawn), G))
+
+
 def ada_pool_baseline(pool_correct: torch.Tensor, pool_size: torch.Tensor, std: str = "unbiased",
                       eps: float = DEFAULTS.eps) -> Tuple[torch.Tensor, torch.Tensor]:
     """(mean, std) [B] of each prompt's whole pool of responses, each counted 1 if correct and 0 if not: Reinforce-Ada's
@@ -541,9 +567,9 @@ def ada_pool_baseline(pool_correct: torch.Tensor, pool_size: torch.Tensor, std: 
 def ada_pool(x: WeightInputs) -> Tuple[torch.Tensor, torch.Tensor]:
     """(pool_correct, pool_size) [B] of a mode that samples adaptively; refused when the rollout did not count them."""
     if x.pool_correct is None or x.pool_size is None:
-        raise ValueError("a mode that samples adaptively (reinforce_ada, reinforce_ada_copo) needs each prompt's pool "
-                         "statistics (pool_correct, pool_size): the adaptive sampling patch (11) did not run in the "
-                         "rollout")
+        adaptive = ", ".join(m for m in modes() if mode_info(m).adaptive_sampling)
+        raise ValueError(f"a mode that samples adaptively ({adaptive}) needs each prompt's pool statistics "
+                         "(pool_correct, pool_size): the adaptive sampling patch (11) did not run in the rollout")
     return x.pool_correct, x.pool_size
 
 
@@ -605,6 +631,18 @@ def reinforce_ada_copo_weights(x: WeightInputs):
     return copo_weights(x)
 
 
+@register_mode("reinforce_ada_uniform", blended=False, std="none", local_advantage=ada_local_advantage,
+               clip=(0.2, 0.28), adaptive_sampling=True, random_keep=True)
+def reinforce_ada_uniform_weights(x: WeightInputs):
+    """Reinforce-Ada's selection control (issue 69): what ``reinforce_ada`` does, but for how it chooses. Each prompt
+    draws ``--copo.ada_draw_factor`` x G responses (default 4G, as the budget control ``grpo_4xg`` draws: the normal
+    rollout's G, then one round of the rest, with no exit rule) and keeps G of them at random (`ada_random_keep`), not
+    balanced (`ada_select`); the advantage is Reinforce-Ada's, r - p with p the share of correct responses in the whole
+    pool (`ada_local_advantage`, no std), with its script's clip-higher [0.8, 1.28]. Reinforce-Ada minus this run, on
+    the same seeds, measures what its adaptive rounds and balanced keep add beyond drawing about as much."""
+    return grpo_weights(x)
+
+
 def reward_coef_prompt_reward(rewards: torch.Tensor, entropy: torch.Tensor, base: float,
                               mean: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The released code's `reward_coef`: R(q) = mean_G r * (1 - lambda H(q)), lambda = (1 - 1/G) / log2 G.
@@ -645,8 +683,8 @@ def copo_advantages(
             (e.g. the 0 / 0.1 / 1 format reward, where 0.1 is formatted but wrong).
         mode: a registered mode (`modes()`; each one's docstring says what it does): ``copo`` (the paper),
             ``grpo`` (the local term alone), the ablations of Table 3, the released code's variants, the
-            zero-variance peers (``ngrpo``, ``rl_zvp``, ``dr_grpo``), Reinforce-Ada (``reinforce_ada``) and it with
-            COPO's global term (``reinforce_ada_copo``).
+            zero-variance peers (``ngrpo``, ``rl_zvp``, ``dr_grpo``), Reinforce-Ada (``reinforce_ada``), it with
+            COPO's global term (``reinforce_ada_copo``) and its selection control (``reinforce_ada_uniform``).
         gamma, rho: sharpness and centre of the sigmoid (paper's best: 20, 1.5).
         zero_control: for modes that read it (``mode_info(mode).zero_control``): ``prompt`` (paper),
             ``response`` and ``uniform`` (released code), ``none`` (see `zero_controlled`).
@@ -659,7 +697,7 @@ def copo_advantages(
         reward_coef: R(q) = mean_G r (1 - lambda H) in the global advantage (the released code's ``reward_coef_flg``).
         zvp_alpha: RL-ZVP's alpha (mode ``rl_zvp``).
         pool_correct, pool_size: [B], correct and drawn responses in each prompt's pool (the modes that sample
-            adaptively: ``reinforce_ada``, ``reinforce_ada_copo``).
+            adaptively: ``reinforce_ada``, ``reinforce_ada_copo``, ``reinforce_ada_uniform``).
 
     Returns:
         A `CopoAdvantages`; the loss is

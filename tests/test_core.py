@@ -93,8 +93,8 @@ def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased
 
     if mode == "ngrpo":  # one virtual response of reward 1 in every group's mean and std, not trained on
         local = [ref_norm(row + [1.0], unbiased, eps)[:G] for row in rewards]
-    elif mode in ("reinforce_ada", "reinforce_ada_copo"):  # the pool's mean (and std, clamped at eps) of its 0/1
-        # correctness, as their code
+    elif mode in ("reinforce_ada", "reinforce_ada_copo", "reinforce_ada_uniform"):
+        # the pool's mean (and std, clamped at eps) of its 0/1 correctness, as their code
         local = [[(r - sum(pool) / len(pool)) / (max(ref_std(pool, unbiased), eps) + eps) for r in row]
                  for row, pool in zip(rewards, pools)]
     else:
@@ -113,7 +113,7 @@ def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased
         row_l, row_g = [], []
         for i in range(G):
             zero = {"prompt": none_right, "response": not correct[b][i], "uniform": flat, "none": False}[zero_control]
-            if mode in ("grpo", "ngrpo", "dr_grpo", "reinforce_ada"):
+            if mode in ("grpo", "ngrpo", "dr_grpo", "reinforce_ada", "reinforce_ada_uniform"):
                 l, g = 1.0, 0.0
             elif mode == "go_only":
                 l, g = 0.0, 1.0
@@ -557,3 +557,64 @@ def test_reinforce_ada_copo_is_reinforce_ada_without_its_global_weight_and_copos
         torch.testing.assert_close(getattr(both, field), getattr(copo, field), atol=1e-6, rtol=0)
     close(both.local_adv, [[0.0] * 4, [0.0] * 4, [0.5, 0.5, -0.5, -0.5]], 1e-6)  # r - 1/2, copo's: +-1
     assert mode_info("reinforce_ada_copo").adaptive_sampling and mode_info("reinforce_ada_copo").clip == (0.2, 0.28)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reinforce-Ada's selection control (issue 69): one uniform pool of k x G, G kept at random, the pool's baseline.
+
+def test_the_selection_controls_keep_is_uniform_over_subsets_and_fixed_by_its_seed():
+    """`ada_random_keep(n, G, seed)`: every G-subset of the n draws equally likely, whatever they are. At n = 4, G = 2
+    there are C(4, 2) = 6 subsets, so 6000 seeds give each about 1000 and each draw is kept about 6000 x 2/4 = 3000
+    times (a chi-square test of both against these counts). One seed keeps the same draws in every call, and the
+    values below are pinned: a change of the generator would change every control run's keep."""
+    from itertools import combinations
+
+    from scipy.stats import chisquare
+
+    from openrlhf_copo.core import ada_random_keep
+
+    keeps = [tuple(ada_random_keep(4, 2, seed)) for seed in range(6000)]
+    assert set(keeps) == set(combinations(range(4), 2))  # in draw order, each subset reached
+    by_subset = [keeps.count(c) for c in combinations(range(4), 2)]
+    assert chisquare(by_subset).pvalue > 0.01 and all(900 < n < 1100 for n in by_subset), by_subset
+    by_draw = [sum(i in k for k in keeps) for i in range(4)]
+    assert chisquare(by_draw).pvalue > 0.01 and sum(by_draw) == 12000, by_draw
+    # reproducible: the same seed, the same keep (and a literal, so that it stays so across versions)
+    assert ada_random_keep(24, 6, 7) == ada_random_keep(24, 6, 7) == sorted(random.Random(7).sample(range(24), 6))
+    assert ada_random_keep(24, 6, 0) == [1, 8, 12, 13, 15, 16]
+    assert len({tuple(ada_random_keep(24, 6, s)) for s in range(50)}) == 50  # other seeds, other keeps
+    assert ada_random_keep(6, 6, 3) == list(range(6))  # a pool of G keeps all of it
+    with pytest.raises(ValueError, match=r"a random keep of G = 7 from a pool of 6 responses"):
+        ada_random_keep(6, 7, 0)
+
+
+def test_the_selection_control_trains_on_the_pools_baseline_by_hand():
+    """B = 3 prompts, G = 4 kept at random from pools of 16 (4G): r - p, p the pool's share of correct responses, no
+    std, the local term alone; as reinforce_ada on the same kept groups and pools (only what is kept differs):
+
+        pool 3 of 16 (p = 0.1875), kept [1, 0, 0, 0]:   [0.8125, -0.1875, -0.1875, -0.1875]
+        pool 9 of 16 (p = 0.5625), kept [1, 1, 1, 0]:   [0.4375, 0.4375, 0.4375, -0.5625]
+        pool 0 of 16 (p = 0),      kept [0, 0, 0, 0]:   [0, 0, 0, 0]
+    (GRPO without std on the kept groups would give 0.75 / -0.25 and 0.25 / -0.75 for the first two.)"""
+    rewards = torch.tensor([[1.0, 0, 0, 0], [1.0, 1, 1, 0], [0.0] * 4])
+    ids = torch.tensor([[0, 1, 1, 2], [0, 0, 0, 1], [3] * 4])
+    pool = {"pool_correct": torch.tensor([3, 9, 0]), "pool_size": torch.tensor([16, 16, 16])}
+    out = copo_advantages(rewards, ids, mode="reinforce_ada_uniform", **pool)
+    close(out.local_adv, [[0.8125, -0.1875, -0.1875, -0.1875], [0.4375] * 3 + [-0.5625], [0.0] * 4], 1e-6)
+    assert out.w_local.eq(1).all() and out.w_global.eq(0).all()
+    ada = copo_advantages(rewards, ids, mode="reinforce_ada", **pool)
+    assert torch.equal(out.weighted_local, ada.weighted_local) and torch.equal(out.weighted_global, ada.weighted_global)
+    info = mode_info("reinforce_ada_uniform")
+    assert (info.adaptive_sampling, info.random_keep, info.std, info.clip) == (True, True, "none", (0.2, 0.28))
+    assert not mode_info("reinforce_ada").random_keep
+    with pytest.raises(ValueError, match=r"\(reinforce_ada, reinforce_ada_copo, reinforce_ada_uniform\) needs each "
+                                         r"prompt's pool statistics"):
+        copo_advantages(rewards, ids, mode="reinforce_ada_uniform")
+
+
+def test_a_random_keep_without_adaptive_sampling_is_refused_at_registration():
+    from openrlhf_copo.core import register_mode
+
+    with pytest.raises(ValueError, match="mode odd: random_keep chooses the G kept of a pool"):
+        register_mode("odd", blended=False, random_keep=True)(lambda x: None)
+    assert "odd" not in modes()

@@ -34,7 +34,8 @@ while the others go on (`run_one`, `run_all`; the process side in `openrlhf_copo
 The package, one concern a module:
 
     methods      METHODS, SAMPLE_FACTOR, STEP_FACTOR (the budget controls), PAIRED, BASELINE; what a run records of
-                 its method; a step control's setting; sampling budgets; the methods that stop early by design
+                 its method; a step control's setting; sampling budgets and draw factors; the methods that stop early
+                 by design
     setting      Setting (one comparison), run_dir, FLAGS (what a run records of its setting), the sweep and the
                  evaluations each run makes
     prompts      the prompts every run draws (prompt_plan), the file they train on (train_file), the held-out sources
@@ -58,9 +59,9 @@ run on the CPU only (the tiny model in tests/e2e/test_compare_cpu.py, SmolLM2 in
 
 from openrlhf_copo.compare.command import (TOOL_FLAGS, check_extra, checkpoint_flags, extra_conflicts, run_argv,
                                            step_control_flags)
-from openrlhf_copo.compare.methods import (BASELINE, METHODS, PAIRED, SAMPLE_FACTOR, STEP_FACTOR, method_record,
-                                           rho_keeping_every_split, run_setting, samples_per_prompt, sampling_budget,
-                                           stops_early)
+from openrlhf_copo.compare.methods import (BASELINE, METHODS, PAIRED, SAMPLE_FACTOR, STEP_FACTOR, draw_factor,
+                                           method_record, rho_keeping_every_split, run_setting, samples_per_prompt,
+                                           sampling_budget, stops_early)
 from openrlhf_copo.compare.plan import RECIPE_STEP, plan, plan_text
 from openrlhf_copo.compare.prompts import held_out_sources, prompt_plan, train_file, whole_passes
 from openrlhf_copo.compare.provenance import (FILE_FLAGS, PACKAGES, SCHEMA, check_finished_run,
@@ -87,7 +88,8 @@ __all__ = ["BASELINE", "CONTROL_KIND", "CONTROL_REACH", "SAME_TOKENS", "STEP_FAC
            "RECIPE_STEP", "SAMPLE_FACTOR", "SCHEMA", "STARTED", "STEP0_FLAG", "TARGET_DIFFERENCES",
            "TOOL_FLAGS", "check_extra", "check_finished_run", "check_same_environment",
            "check_same_method_flags", "check_same_settings", "check_same_start", "check_steps",
-           "checkpoint_flags", "checkpoint_tags", "comparison_lock", "content_of", "detectable", "due_evaluations",
+           "checkpoint_flags", "checkpoint_tags", "comparison_lock", "content_of", "detectable", "draw_factor",
+           "due_evaluations",
            "environment", "environment_differs", "evaluations", "extra_conflicts", "failed_runs",
            "file_sha256", "final_point", "finished_runs", "first_step_regime", "has_every_row",
            "held_out_sources", "is_finished", "markdown", "mean_se", "method_flags_differ", "method_record",

@@ -7,6 +7,7 @@
     BASELINE         what every method is compared with
     method_record    what a run records of its method (done.json), and a rerun or a report compares
     sampling_budget  the responses per prompt a method that samples adaptively may draw (the plan's cost)
+    draw_factor      the responses per prompt, x G, that a method keeping G at random draws (the plan's cost)
     stops_early      whether a method may end a run before --steps by design (DAPO's dynamic filtering)
 """
 
@@ -62,6 +63,11 @@ METHODS: Dict[str, List[str]] = {
     "grpo_4xg": ["--advantage_estimator", "copo", "--copo.mode", "grpo"],
     # plain GRPO for 4 x the comparison's steps (`STEP_FACTOR`): the same budget spent on more steps of G
     "grpo_4xsteps": ["--advantage_estimator", "copo", "--copo.mode", "grpo"],
+    # Reinforce-Ada's selection control (issue 69): it draws as grpo_4xg does (4G per prompt, whatever they are) and
+    # trains as Reinforce-Ada does (G kept, the pool's baseline r - p, its clip), but keeps G at random. Reinforce-Ada
+    # minus it is what its adaptive rounds and balanced keep add beyond drawing about as much (`regimes.CONTROLS`)
+    "reinforce_ada_uniform": ["--advantage_estimator", "reinforce_ada_uniform", "--actor.eps_clip_low_high", "0.2",
+                              "0.28"],
 }
 
 
@@ -126,19 +132,30 @@ def method_record(method: str) -> dict:
 
 
 
-def sampling_budget(method: str, extra: Sequence[str]) -> Optional[int]:
-    """The responses a run of ``method`` may draw per prompt and step when its mode samples adaptively (Reinforce-Ada:
-    G first, then rounds up to ``--copo.ada_budget``, from the method's flags or those after --, read by train_ppo_ray's
-    parser: ``--copo.ada_budget=64`` too); None when it draws G. Read from the registry's facts
-    (`core.Mode.adaptive_sampling`), not from the method's name."""
+def _adaptive_setting(method: str, extra: Sequence[str], name: str, random_keep: bool) -> Optional[int]:
+    """``--copo.<name>`` of a run of ``method`` (its flags or those after --, read by train_ppo_ray's parser:
+    ``--copo.ada_budget=64`` too; else the default) when its mode samples adaptively and keeps G at random or not as
+    ``random_keep`` says; else None. Read from the registry's facts (`core.Mode`), not from the method's name."""
     from openrlhf_copo.compare.train_flags import given
     from openrlhf_copo.core import DEFAULTS, mode_info, modes
 
     flags, _ = given(list(METHODS[method]) + list(extra))
     mode = (flags.get("copo.mode") or flags["algo.advantage.estimator"]).value
-    if mode not in modes() or not mode_info(mode).adaptive_sampling:
+    if mode not in modes() or not mode_info(mode).adaptive_sampling or mode_info(mode).random_keep != random_keep:
         return None
-    return flags["copo.ada_budget"].value if "copo.ada_budget" in flags else DEFAULTS.ada_budget
+    return flags[f"copo.{name}"].value if f"copo.{name}" in flags else getattr(DEFAULTS, name)
+
+
+def sampling_budget(method: str, extra: Sequence[str]) -> Optional[int]:
+    """The responses a run of ``method`` may draw per prompt and step when its mode draws Reinforce-Ada's rounds (G
+    first, then rounds up to ``--copo.ada_budget``); None when it draws G, or keeps G at random (`draw_factor`)."""
+    return _adaptive_setting(method, extra, "ada_budget", random_keep=False)
+
+
+def draw_factor(method: str, extra: Sequence[str]) -> Optional[int]:
+    """The responses a run of ``method`` draws per prompt and step, as a multiple of G, when its mode draws one uniform
+    pool and keeps G of it at random (Reinforce-Ada's selection control: ``--copo.ada_draw_factor``); else None."""
+    return _adaptive_setting(method, extra, "ada_draw_factor", random_keep=True)
 
 
 def stops_early(method_flags: Sequence[str]) -> bool:

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import List, Sequence
 
 from openrlhf_copo.compare.command import check_extra, run_argv
-from openrlhf_copo.compare.methods import (METHODS, SAMPLE_FACTOR, STEP_FACTOR, run_setting, samples_per_prompt,
-                                           sampling_budget)
+from openrlhf_copo.compare.methods import (METHODS, SAMPLE_FACTOR, STEP_FACTOR, draw_factor, run_setting,
+                                           samples_per_prompt, sampling_budget)
 from openrlhf_copo.compare.prompts import held_out_sources, prompt_plan
 from openrlhf_copo.compare.provenance import is_finished
 from openrlhf_copo.compare.setting import Setting, evaluations, run_dir, sweep
@@ -60,13 +60,18 @@ def plan(setting: Setting, methods: Sequence[str], seeds: Sequence[int], out: Pa
                      "evaluations": evaluations(run_setting(setting, method), step0), "refused": refused,
                      "argv": [sys.executable, "-m", "openrlhf_copo.cli.train_ppo_ray", *argv]})
     prompts_drawn = setting.steps * setting.prompts_per_step
-    # a method that samples adaptively is counted at its budget per prompt: an upper bound
+    # a method that samples adaptively is counted at its budget per prompt (an upper bound), one that keeps G at
+    # random at the k x G it draws
     budgets = {m: b for m in methods if (b := sampling_budget(m, setting.extra)) is not None}
+    draws = {m: k for m in methods if (k := draw_factor(m, setting.extra)) is not None}
     drawn = [prompts_drawn * STEP_FACTOR.get(r["method"], 1)
-             * max(budgets.get(r["method"], 0), samples_per_prompt(setting, r["method"])) for r in runs if not r["kept"]]
+             * max(budgets.get(r["method"], 0), draws.get(r["method"], 1) * setting.samples_per_prompt,
+                   samples_per_prompt(setting, r["method"]))
+             for r in runs if not r["kept"]]
     new = len(drawn)
     cost = {"responses_per_run": prompts_drawn * setting.samples_per_prompt, "runs_to_make": new,
-            "adaptive_budgets": budgets, "sample_factors": {m: SAMPLE_FACTOR[m] for m in methods if m in SAMPLE_FACTOR},
+            "adaptive_budgets": budgets, "draw_factors": draws,
+            "sample_factors": {m: SAMPLE_FACTOR[m] for m in methods if m in SAMPLE_FACTOR},
             "step_factors": {m: STEP_FACTOR[m] for m in methods if m in STEP_FACTOR},
             "gpu_hours": sum(drawn) * RECIPE_STEP["gpu_hours"] / RECIPE_STEP["responses"], "rate": RECIPE_STEP}
     where = decision if isinstance(decision, str) else \
@@ -110,6 +115,8 @@ def plan_text(p: dict) -> str:
              "length and the model's size: 2-2.5x for 7B)."
              + "".join(f" {m} draws G, then more for the prompts it has not resolved, up to {b} per prompt: counted "
                        f"at {b} (an upper bound)." for m, b in cost.get("adaptive_budgets", {}).items())
+             + "".join(f" {m} draws {k} x G responses per prompt and trains on G of them, kept at random: counted at "
+                       f"{k} x G." for m, k in cost.get("draw_factors", {}).items())
              + "".join(f" {m} draws {k} x G responses per prompt and trains on all of them: counted at {k} x G."
                        for m, k in cost.get("sample_factors", {}).items())
              + "".join(f" {m} trains {k} x the steps ({p['steps'] * k}) on {p['step_prompts'][m]['drawn']:,} prompts "

@@ -41,16 +41,40 @@ def is_copo(args) -> bool:
 
 #: `_setting`'s ``scope``: which estimators read a setting. COPO's estimators only (given to another, it is refused:
 #: it would change nothing); any estimator; COPO's only, but it only adds to the logs (given to another: a warning);
-#: COPO's estimators whose mode samples adaptively only (`core.Mode.adaptive_sampling`: Reinforce-Ada's rounds; given
-#: under any other mode or estimator, it is refused).
-COPO_ONLY, ANY_ESTIMATOR, COPO_LOGS, ADAPTIVE_ONLY = "copo", "any", "copo logs", "adaptive sampling"
+#: and three scopes of the modes that sample adaptively (`core.Mode.adaptive_sampling`), each refused under every mode
+#: that does not read it (`ADAPTIVE_SCOPES`): all of them (`ADAPTIVE_ONLY`), those that draw Reinforce-Ada's rounds
+#: (`ROUNDS_ONLY`), those that draw one uniform pool and keep G at random (`RANDOM_KEEP_ONLY`, `Mode.random_keep`).
+COPO_ONLY, ANY_ESTIMATOR, COPO_LOGS = "copo", "any", "copo logs"
+ADAPTIVE_ONLY, ROUNDS_ONLY, RANDOM_KEEP_ONLY = "adaptive sampling", "adaptive rounds", "random keep"
+#: Each adaptive scope: which modes read it (a predicate on `core.Mode`), and how the refusal names them.
+ADAPTIVE_SCOPES = {
+    ADAPTIVE_ONLY: (lambda info: info.adaptive_sampling, "the modes that sample adaptively"),
+    ROUNDS_ONLY: (lambda info: info.adaptive_sampling and not info.random_keep,
+                  "the modes that draw Reinforce-Ada's rounds"),
+    RANDOM_KEEP_ONLY: (lambda info: info.random_keep, "the modes that draw one uniform pool and keep G at random"),
+}
+
+
+def reads_scope(mode: str, scope: str) -> bool:
+    """Whether mode ``mode`` reads the settings of ``scope`` (every COPO mode reads those of the non-adaptive ones)."""
+    return ADAPTIVE_SCOPES[scope][0](mode_info(mode)) if scope in ADAPTIVE_SCOPES else True
+
+
+def how_it_samples(mode: str) -> str:
+    """How mode ``mode``'s rollout draws its groups, as a refusal of a flag it does not read says it."""
+    info = mode_info(mode)
+    if not info.adaptive_sampling:
+        return "draws G responses per prompt once"
+    if info.random_keep:
+        return "draws --copo.ada_draw_factor x G responses per prompt in one round and keeps G of them at random"
+    return "draws Reinforce-Ada's rounds"
 
 
 def _setting(default, help: str, *, choices=None, check=None, core=False, resume=False, kind=None, scope=COPO_ONLY):
     """One `--copo.<name>` setting: ``check`` is (predicate, what the value must be); ``core``: a keyword of
     `core.copo_advantages`; ``resume``: a resumed run must keep it (it changes the training math); ``scope``: which
-    estimators read it (`COPO_ONLY`, `ANY_ESTIMATOR`, `COPO_LOGS`, `ADAPTIVE_ONLY`). ``choices`` may be a function,
-    called when the parser is built (the registry's modes)."""
+    estimators read it (`COPO_ONLY`, `ANY_ESTIMATOR`, `COPO_LOGS`, or one of `ADAPTIVE_SCOPES`). ``choices`` may be a
+    function, called when the parser is built (the registry's modes)."""
     return field(default=default, metadata=dict(help=help, choices=choices, check=check, core=core,
                                                 resume=resume or core, kind=kind or type(default), scope=scope))
 
@@ -183,22 +207,28 @@ class CopoSettings:
         help="the sampled evaluation (--eval.temperature, --eval.n_samples_per_prompt: mean@k, "
              "maj@k) takes the first N held-out prompts; 0: all (any estimator)")
     ada_exit: str = _setting(
-        DEFAULTS.ada_exit, choices=ADA_EXITS, resume=True, scope=ADAPTIVE_ONLY,
+        DEFAULTS.ada_exit, choices=ADA_EXITS, resume=True, scope=ROUNDS_ONLY,
         help="mode reinforce_ada: when a prompt leaves the sampling rounds: balanced (at least G/2 "
              "correct and G/2 incorrect responses drawn: Reinforce-Ada-balance, their script's) or "
              "positive_focused (a first correct one: Reinforce-Ada-pos)")
     ada_round_size: int = _setting(
-        DEFAULTS.ada_round_size, check=(lambda v: v >= 1, "must be >= 1"), resume=True, scope=ADAPTIVE_ONLY,
+        DEFAULTS.ada_round_size, check=(lambda v: v >= 1, "must be >= 1"), resume=True, scope=ROUNDS_ONLY,
         help="mode reinforce_ada: responses drawn per unresolved prompt in each round after the "
              "first (the first is the normal rollout's G; their round_repeat: 8)")
     ada_budget: int = _setting(
-        DEFAULTS.ada_budget, check=(lambda v: v >= 1, "must be >= 1"), resume=True, scope=ADAPTIVE_ONLY,
+        DEFAULTS.ada_budget, check=(lambda v: v >= 1, "must be >= 1"), resume=True, scope=ROUNDS_ONLY,
         help="mode reinforce_ada: responses drawn per prompt at most, all rounds together (their "
              "max_rounds 4 x round_repeat 8: 32); a prompt still unresolved there keeps G of its pool")
     ada_threshold: float = _setting(
         DEFAULTS.ada_threshold, resume=True, scope=ADAPTIVE_ONLY,
-        help="mode reinforce_ada: a response is correct for the exit rules, the kept group's balance "
-             "and the pool's baseline when its reward exceeds this (their positive_threshold: 0.7)")
+        help="modes reinforce_ada and reinforce_ada_uniform: a response is correct for the exit rules, "
+             "the kept group's balance and the pool's baseline when its reward exceeds this (their "
+             "positive_threshold: 0.7)")
+    ada_draw_factor: int = _setting(
+        DEFAULTS.ada_draw_factor, check=(lambda v: v >= 1, "must be >= 1"), resume=True, scope=RANDOM_KEEP_ONLY,
+        help="mode reinforce_ada_uniform (Reinforce-Ada's selection control): responses drawn per "
+             "prompt, as a multiple of G, all of them (the normal rollout's G, then one round of the "
+             "rest); G of them are kept at random (4: the budget control grpo_4xg's draw)")
 
     @classmethod
     def from_args(cls, args) -> "CopoSettings":
@@ -273,8 +303,7 @@ def _inert_settings(mode: str, reward_coef: bool) -> set:
             inert.add("answer_buckets")
     if info.token_advantage is None:
         inert.add("zvp_alpha")
-    if not info.adaptive_sampling:
-        inert |= {f.name for f in fields(CopoSettings) if f.metadata["scope"] == ADAPTIVE_ONLY}
+    inert |= {f.name for f in fields(CopoSettings) if not reads_scope(mode, f.metadata["scope"])}
     return inert
 
 
@@ -321,18 +350,19 @@ def copo_problems(args) -> List[str]:
         return [f"{flag} is read by COPO's estimators only, and --advantage_estimator {estimator} is OpenRLHF's own, "
                 f"which would ignore it: drop it, or run one of COPO's estimators (GRPO through COPO's path: "
                 f"--advantage_estimator copo --copo.mode grpo)"
-                for flag in _given(args, (COPO_ONLY, ADAPTIVE_ONLY))] + eval_flag_problems(args)
+                for flag in _given(args, (COPO_ONLY, *ADAPTIVE_SCOPES))] + eval_flag_problems(args)
     problems = eval_flag_problems(args)
     try:
         info = mode_info(resolve_mode(args))
     except CopoConfigError as e:
         problems.append(str(e))
         info = None
-    if info is not None and not info.adaptive_sampling:
-        adaptive = ", ".join(m for m in modes() if mode_info(m).adaptive_sampling)
-        problems += [f"{flag} is read by the modes that sample adaptively ({adaptive}) only, and mode {info.name} "
-                     f"draws G responses per prompt once, so it would ignore it: drop it, or run one of those modes"
-                     for flag in _given(args, (ADAPTIVE_ONLY,))]
+    for scope, (reads, readers) in ADAPTIVE_SCOPES.items():
+        if info is not None and not reads(info):
+            named = ", ".join(m for m in modes() if reads(mode_info(m)))
+            problems += [f"{flag} is read by {readers} ({named}) only, and mode {info.name} "
+                         f"{how_it_samples(info.name)}, so it would ignore it: drop it, or run one of those modes"
+                         for flag in _given(args, (scope,))]
     if info is not None and info.std_fixed and args.copo.std not in (None, info.std):
         problems.append(f"--copo.std {args.copo.std}: mode {info.name} is defined by std {info.std}; drop --copo.std")
     if info is not None and info.token_advantage is not None and getattr(args.actor, "entropy_coef", None) is None:
@@ -340,7 +370,7 @@ def copo_problems(args) -> List[str]:
                         "computes it only with an entropy coefficient: add --actor.entropy_coef 0 (computes it, adds "
                         "no entropy loss)")
     n = args.rollout.n_samples_per_prompt
-    if info is not None and info.adaptive_sampling and args.copo.ada_budget < n:
+    if info is not None and reads_scope(info.name, ROUNDS_ONLY) and args.copo.ada_budget < n:
         problems.append(f"--copo.ada_budget {args.copo.ada_budget} < --rollout.n_samples_per_prompt {n}: mode "
                         f"{info.name} draws the normal rollout's {n} responses per prompt first; give a budget >= {n}")
     if n < 2:

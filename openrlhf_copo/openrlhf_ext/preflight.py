@@ -141,11 +141,13 @@ def check_ada_threshold(args) -> None:
     """Under a mode that samples adaptively, `--copo.ada_threshold` within the rewards the reward file declares
     (`declared_reward_range`): a response counts as correct when its reward exceeds the threshold, so at or above the
     greatest reward none does, and below the least every one does. Either way no prompt's pool ever holds both kinds:
-    every prompt draws the whole budget, and its advantage is its reward less a constant (REINFORCE without a baseline,
-    at budget / G times GRPO's tokens). A reward file that declares no range is checked at the first step instead."""
-    from openrlhf_copo.openrlhf_ext.runtime_patches.adaptive_sampling import samples_adaptively
+    its advantage is its reward less a constant (REINFORCE without a baseline), and under Reinforce-Ada's rounds every
+    prompt draws the whole budget (budget / G times GRPO's tokens). A reward file that declares no range is checked at
+    the first step instead."""
+    from openrlhf_copo.openrlhf_ext.runtime_patches.adaptive_sampling import adaptive_mode
 
-    path = reward_file(args) if samples_adaptively(args) else None
+    mode = adaptive_mode(args)
+    path = reward_file(args) if mode is not None else None
     declared = declared_reward_range(path) if path else None
     if declared is None:
         return
@@ -153,10 +155,11 @@ def check_ada_threshold(args) -> None:
     threshold = args.copo.ada_threshold
     if not low <= threshold < high:
         counted = "no response" if threshold >= high else "every response"
+        drew = "" if mode.random_keep else "draw the whole --copo.ada_budget and "
         raise PreflightError(
             f"--copo.ada_threshold {threshold:g} is outside the rewards of {path} ({REWARD_RANGE} {low:g} to "
-            f"{high:g}): {counted} would count as correct, so every prompt would draw the whole --copo.ada_budget and "
-            f"train on its reward with no baseline; give a threshold in [{low:g}, {high:g})")
+            f"{high:g}): {counted} would count as correct, so every prompt would {drew}train on its reward with no "
+            f"baseline; give a threshold in [{low:g}, {high:g})")
 
 
 def preflight(args) -> None:

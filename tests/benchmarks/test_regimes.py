@@ -318,23 +318,33 @@ def test_grpo_4xg_probes_at_4g_and_its_cost_is_the_tokens_it_generated(offline, 
     assert wide["tokens_per_step_ratio"] == pytest.approx((3.5, 3.0, 4.0))
 
 
-def test_reinforce_ada_is_paired_with_its_budget_control_seed_by_seed(regimes, tmp_path, monkeypatch):
-    """`regimes.CONTROLS`: Reinforce-Ada minus grpo_4xg over the seeds both finished, paired prompt by prompt as each
-    method minus GRPO is. Seed 0: 1100 against 1000, +0.25 (1 gained / 0 lost); seed 1: 0100 against 1100, -0.25
-    (0 / 1); seed 2 has no grpo_4xg run and is left out. Mean 0, SE 0.25, so the interval is +-12.706 x 0.25."""
+def test_reinforce_ada_is_paired_with_its_controls_seed_by_seed(regimes, tmp_path, monkeypatch):
+    """`regimes.CONTROLS`: Reinforce-Ada minus grpo_4xg, and minus its selection control reinforce_ada_uniform, each
+    over the seeds both of the pair finished, paired prompt by prompt as each method minus GRPO is. Against grpo_4xg:
+    seed 0: 1100 against 1000, +0.25 (1 gained / 0 lost); seed 1: 0100 against 1100, -0.25 (0 / 1); seed 2 has no
+    grpo_4xg run and is left out. Mean 0, SE 0.25, so the interval is +-12.706 x 0.25. Against the selection control
+    (seeds 0 and 2 only): 1100 against 0100, +0.25 (1 / 0); 1111 against 1111, 0. Mean 0.125, SE 0.125."""
     first = {"copo_zero_std": 0.75, "copo_all_incorrect": 0.5, "copo_signal_copo": 0.25}
-    for seed, (grpo, wide, ada) in enumerate([("1000", "1000", "1100"), ("0000", "1100", "0100"),
-                                               ("0000", None, "1111")]):
+    for seed, (grpo, wide, ada, uniform) in enumerate([("1000", "1000", "1100", "0100"), ("0000", "1100", "0100", None),
+                                                        ("0000", None, "1111", "1111")]):
         _run(tmp_path / "hard", "grpo", seed, grpo, first)
         _run(tmp_path / "hard", "reinforce_ada", seed, ada, first)
         if wide:
             _run(tmp_path / "hard", "grpo_4xg", seed, wide, first)
+        if uniform:
+            _run(tmp_path / "hard", "reinforce_ada_uniform", seed, uniform, first)
     monkeypatch.setattr(regimes, "REGIME_RUNS", {"hard": (tmp_path / "hard", 6, 3e-5)})
-    d = regimes.collect()["hard"]["controls"]["reinforce_ada - grpo_4xg"]
+    controls = regimes.collect()["hard"]["controls"]
+    assert list(controls) == ["reinforce_ada - grpo_4xg", "reinforce_ada - reinforce_ada_uniform"]
+    d = controls["reinforce_ada - grpo_4xg"]
     assert [(p["seed"], p["gain"], p["gained"], p["lost"]) for p in d["per_seed"]] == [(0, 0.25, 1, 0),
                                                                                        (1, -0.25, 0, 1)]
     assert d["mean"] == 0 and d["over"] == "seeds"
     assert d["ci95"] == pytest.approx((-12.7062 * 0.25, 12.7062 * 0.25), abs=1e-4)
+    u = controls["reinforce_ada - reinforce_ada_uniform"]
+    assert [(p["seed"], p["gain"], p["gained"], p["lost"]) for p in u["per_seed"]] == [(0, 0.25, 1, 0), (2, 0, 0, 0)]
+    assert u["mean"] == 0.125 and u["ci95"] == pytest.approx((0.125 - 12.7062 * 0.125, 0.125 + 12.7062 * 0.125),
+                                                              abs=1e-4)
     assert "| reinforce_ada - grpo_4xg | +0.000 [-3.177, +3.177] over seeds | 0: +0.250 (1 / 0), 1: -0.250 (0 / 1) |" \
         in regimes.controls_markdown({"controls": {"reinforce_ada - grpo_4xg": d}})
 

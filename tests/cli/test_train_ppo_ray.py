@@ -273,6 +273,13 @@ def test_preflight_refuses_a_threshold_outside_the_rewards_the_reward_file_decla
         f"--copo.ada_threshold {float(threshold):g} is outside the rewards of {tmp_path / 'my_reward.py'} "
         f"(REWARD_RANGE 0 to 1): {counted} would count as correct, so every prompt would draw the whole "
         "--copo.ada_budget and train on its reward with no baseline; give a threshold in [0, 1)")
+    # Reinforce-Ada's selection control reads the threshold too, and draws its 4G whatever it is
+    control = ada_run(tmp_path, "REWARD_RANGE = (0.0, 1.0)\n", "--advantage_estimator", "reinforce_ada_uniform",
+                      "--copo.ada_threshold", threshold)
+    with pytest.raises(PreflightError) as exc:
+        preflight(control)
+    assert str(exc.value).endswith(f"{counted} would count as correct, so every prompt would train on its reward with "
+                                   "no baseline; give a threshold in [0, 1)")
 
 
 def test_preflight_accepts_a_threshold_in_range_or_a_reward_file_without_one(tmp_path):
@@ -534,29 +541,73 @@ def test_an_evaluation_flag_without_an_evaluation_is_refused_in_one_line(load_ar
     assert load_args(argv + extra + ["--eval.dataset", "held-out.jsonl"]).eval.dataset == "held-out.jsonl"
 
 
-@pytest.mark.parametrize("flag, value", [("--copo.ada_exit", "positive_focused"), ("--copo.ada_round_size", "4"),
-                                         ("--copo.ada_budget", "16"), ("--copo.ada_threshold", "0.5")])
+#: Each --copo.ada_* flag with a value other than its default, and its default.
+ADA_FLAGS = {"--copo.ada_exit": ("positive_focused", "balanced"), "--copo.ada_round_size": ("4", "8"),
+             "--copo.ada_budget": ("16", "32"), "--copo.ada_threshold": ("0.5", "0.7"),
+             "--copo.ada_draw_factor": ("2", "4")}
+#: Which modes read each: Reinforce-Ada's rounds, every mode that samples adaptively, its selection control.
+ROUNDS = ("the modes that draw Reinforce-Ada's rounds", ("reinforce_ada", "reinforce_ada_copo"))
+READERS = {"--copo.ada_exit": ROUNDS, "--copo.ada_round_size": ROUNDS, "--copo.ada_budget": ROUNDS,
+           "--copo.ada_threshold": ("the modes that sample adaptively",
+                                    ("reinforce_ada", "reinforce_ada_copo", "reinforce_ada_uniform")),
+           "--copo.ada_draw_factor": ("the modes that draw one uniform pool and keep G at random",
+                                      ("reinforce_ada_uniform",))}
+HOW = {"copo": "draws G responses per prompt once", "grpo": "draws G responses per prompt once",
+       "go_only": "draws G responses per prompt once", "reinforce_ada": "draws Reinforce-Ada's rounds",
+       "reinforce_ada_copo": "draws Reinforce-Ada's rounds",
+       "reinforce_ada_uniform": "draws --copo.ada_draw_factor x G responses per prompt in one round and keeps G of "
+                                "them at random"}
+
+
+@pytest.mark.parametrize("flag", list(ADA_FLAGS))
 @pytest.mark.parametrize("mode, name", [([], "copo"), (["--copo.mode", "grpo"], "grpo"),
-                                        (["--advantage_estimator", "go_only"], "go_only")])
-def test_an_adaptive_sampling_flag_under_a_mode_that_samples_once_is_refused(load_args, capsys, flag, value, mode,
-                                                                              name):
+                                        (["--advantage_estimator", "go_only"], "go_only"),
+                                        (["--advantage_estimator", "reinforce_ada"], "reinforce_ada"),
+                                        (["--advantage_estimator", "reinforce_ada_copo"], "reinforce_ada_copo"),
+                                        (["--advantage_estimator", "reinforce_ada_uniform"], "reinforce_ada_uniform")])
+def test_an_adaptive_sampling_flag_under_a_mode_that_does_not_read_it_is_refused(load_args, capsys, flag, mode,
+                                                                                   name):
     """`--advantage_estimator copo --copo.ada_budget 16` trained COPO and drew G per prompt, saying nothing: the flag
-    is read by Reinforce-Ada's rounds only. Refused in one line naming it and the mode; given at its default, or under
-    a mode that samples adaptively, it is accepted."""
+    is read by Reinforce-Ada's rounds only. Refused in one line naming it, the modes that read it and how this mode
+    samples; given at its default, or under a mode that reads it, it is accepted. Reinforce-Ada's selection control
+    (`reinforce_ada_uniform`) reads the threshold and its draw factor, not the rounds' exit, round size and budget;
+    Reinforce-Ada's modes do not read the draw factor."""
+    value, default = ADA_FLAGS[flag]
+    readers, names = READERS[flag]
     argv = copo_argv() + mode
+    if name in names:
+        assert load_args(argv + [flag, value]).algo.advantage.estimator == name
+        return
     with pytest.raises(SystemExit) as exc:
         load_args(argv + [flag, value])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     shown = f"{flag} {float(value) if flag == '--copo.ada_threshold' else value}"
-    assert err == [f"python -m openrlhf_copo.cli.train_ppo_ray: error: {shown} is read by the modes that sample "
-                   f"adaptively (reinforce_ada, reinforce_ada_copo) only, and mode {name} "
-                   "draws G responses per prompt once, so it would ignore it: drop it, or run one of those modes"], err
-    default = {"--copo.ada_exit": "balanced", "--copo.ada_round_size": "8", "--copo.ada_budget": "32",
-               "--copo.ada_threshold": "0.7"}[flag]
+    assert err == [f"python -m openrlhf_copo.cli.train_ppo_ray: error: {shown} is read by {readers} "
+                   f"({', '.join(names)}) only, and mode {name} {HOW[name]}, so it would ignore it: drop it, or run "
+                   "one of those modes"], err
     load_args(argv + [flag, default])
-    for adaptive in ("reinforce_ada", "reinforce_ada_copo"):
-        assert load_args(copo_argv("--advantage_estimator", adaptive, flag, value)).algo.advantage.estimator == adaptive
+
+
+def test_the_selection_controls_flags_are_checked_and_kept_on_resume(load_args, capsys):
+    """--copo.ada_draw_factor below 1 draws no pool: refused; under OpenRLHF's own estimator it is one more flag COPO
+    reads and the estimator would ignore. The control's resume record keeps what it reads (the threshold and the draw
+    factor), not Reinforce-Ada's rounds' settings; Reinforce-Ada's keeps no draw factor."""
+    from openrlhf_copo.openrlhf_ext.config import resume_record
+
+    control = copo_argv("--advantage_estimator", "reinforce_ada_uniform")
+    for argv, line in [(control + ["--copo.ada_draw_factor", "0"], "--copo.ada_draw_factor 0 must be >= 1"),
+                       (copo_argv()[2:] + ["--advantage_estimator", "group_norm", "--copo.ada_draw_factor", "2"],
+                        "--copo.ada_draw_factor 2 is read by COPO's estimators only, and --advantage_estimator "
+                        "group_norm is OpenRLHF's own")]:
+        with pytest.raises(SystemExit):
+            load_args(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and line in err[0], err
+    record = resume_record(load_args(control + ["--copo.ada_draw_factor", "3"]))
+    assert {k: v for k, v in record.items() if k.startswith("ada_")} == {"ada_threshold": 0.7, "ada_draw_factor": 3}
+    assert record["std"] == "none" and record["mode"] == "reinforce_ada_uniform"
+    assert "ada_draw_factor" not in resume_record(load_args(copo_argv("--advantage_estimator", "reinforce_ada")))
 
 
 def test_an_abbreviated_flag_is_refused_not_taken_for_the_cpu_demo(monkeypatch, capsys):

@@ -1,4 +1,5 @@
-"""`compare.methods`: the methods' flags, their published clips, the budget control's 4 x G."""
+"""`compare.methods`: the methods' flags, their published clips (the selection control's too), the budget control's
+4 x G."""
 
 import pytest
 
@@ -36,7 +37,7 @@ def test_each_method_of_a_published_clip_runs_at_it_and_the_adaptive_ones_at_the
             published.append(method)
             assert tuple(a.actor.eps_clip_low_high) == info.clip, method
             assert not [w for w in copo_warnings(a) if "clips the ratio" in w], method
-    assert {"ngrpo", "rl_zvp", "reinforce_ada", "reinforce_ada_copo"} <= set(published)
+    assert {"ngrpo", "rl_zvp", "reinforce_ada", "reinforce_ada_copo", "reinforce_ada_uniform"} <= set(published)
     assert compare.sampling_budget("reinforce_ada_copo", []) == 32
 
 

@@ -183,6 +183,31 @@ def test_the_plan_counts_an_adaptive_method_at_its_budget(tmp_path):
            "32 (an upper bound)." in compare.plan_text(both)
 
 
+def test_the_plan_counts_the_selection_control_at_the_4g_it_draws(tmp_path):
+    """Reinforce-Ada's selection control draws --copo.ada_draw_factor x G per prompt (4G by default), all of them, and
+    trains on G: the plan counts its runs at 4G (so GRPO and it cost 5 x GRPO's alone), or at the factor given after
+    --, and says so; its command keeps the tool's G and train batch (it trains on G). It has no rounds budget."""
+    _data(tmp_path)
+    s = setting(tmp_path, prompts_per_step=3, steps=2)
+    G = s.samples_per_prompt
+    base = compare.plan(s, ["grpo"], [0], tmp_path / "a")["cost"]
+    both = compare.plan(s, ["grpo", "reinforce_ada_uniform"], [0], tmp_path / "b")
+    assert both["cost"]["draw_factors"] == {"reinforce_ada_uniform": 4} and both["cost"]["adaptive_budgets"] == {}
+    assert both["cost"]["gpu_hours"] == pytest.approx(base["gpu_hours"] * 5)
+    control = both["runs"][1]["argv"]
+    assert control[control.index("--rollout.n_samples_per_prompt") + 1] == str(G)
+    assert control[control.index("--train.batch_size") + 1] == str(3 * G)
+    assert "reinforce_ada_uniform draws 4 x G responses per prompt and trains on G of them, kept at random: counted " \
+           "at 4 x G." in compare.plan_text(both)
+    assert compare.draw_factor("reinforce_ada_uniform", ["--copo.ada_draw_factor=2"]) == 2
+    assert compare.draw_factor("reinforce_ada", []) is None and compare.draw_factor("grpo", []) is None
+    assert compare.sampling_budget("reinforce_ada_uniform", []) is None
+    two = compare.plan(setting(tmp_path, prompts_per_step=3, steps=2, extra=["--copo.ada_draw_factor", "2"]),
+                       ["grpo", "reinforce_ada_uniform"], [0], tmp_path / "c")["cost"]
+    assert two["draw_factors"] == {"reinforce_ada_uniform": 2} and two["gpu_hours"] == pytest.approx(
+        base["gpu_hours"] * 3)
+
+
 def test_the_plan_counts_grpo_4xg_at_4g_and_a_users_flag_cannot_redefine_its_g(tmp_path):
     """2 steps x 3 prompts: GRPO's runs draw 36 responses, grpo_4xg's 144, so the two cost 5 x GRPO's alone; its
     command draws 24 per prompt. After --, --rollout.n_samples_per_prompt (any value but the run's own) and

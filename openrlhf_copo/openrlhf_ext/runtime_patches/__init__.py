@@ -18,7 +18,7 @@ patch  module         what it changes in OpenRLHF 0.11.2                  why
  8     evaluation     SamplesGenerator.generate_eval_samples              held-out prompts in one vLLM call per pass
  9     rollout        SamplesGenerator._dispatch_prompts_to_vllm          the tokenizer travels as its path
 10     prompt_order   prepare_datasets                                    the prompts' order comes from --train.seed
-11     adaptive_sampling SamplesGenerator._generate_vllm                  Reinforce-Ada's sampling rounds (reinforce_ada)
+11     adaptive_sampling SamplesGenerator._generate_vllm                  Reinforce-Ada's sampling rounds (reinforce_ada, its kin)
 
 Patches 1-3 make COPO; 4-10 serve logging, evaluation, rollout speed and reproducibility; 11 is Reinforce-Ada's
 rollout. Which of them a run's workers install is the driver's decision (`patches_for`, handed to the workers in

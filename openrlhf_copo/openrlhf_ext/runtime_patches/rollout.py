@@ -144,6 +144,11 @@ class DrawCounter:
             generator._copo_draw_counter = cls(states[cls.CLIENT_STATE])
 
     @classmethod
+    def find(cls, generator) -> "DrawCounter | None":
+        """The counter of a `SamplesGenerator` when it has one (its run seeds its rollouts), else None."""
+        return getattr(generator, "_copo_draw_counter", None)
+
+    @classmethod
     def of(cls, generator) -> "DrawCounter":
         """The counter of a `SamplesGenerator`, made on first use."""
         if getattr(generator, "_copo_draw_counter", None) is None:

@@ -3,6 +3,7 @@ their pool's statistics, what a pool holds while the rounds run, and the first s
 Experience objects and its own `SamplesGenerator._process_response_into_experience` (the rounds through vLLM:
 tests/e2e/test_reinforce_ada_cpu.py)."""
 
+import hashlib
 import itertools
 import random
 import types
@@ -16,11 +17,11 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
 from openrlhf_copo.contract import (ADA_DRAWN, ADA_DRAWN_CORRECT, ADA_DRAWN_MAX, ADA_RESOLVED, ADA_ROUNDS, ADA_TOKENS,
                                     ADA_TOKENS_FIRST_ROUND)
-from openrlhf_copo.core import ada_resolved, ada_select
+from openrlhf_copo.core import ada_random_keep, ada_resolved, ada_select, mode_info
 from openrlhf_copo.openrlhf_ext.config import CopoConfigError
 from openrlhf_copo.openrlhf_ext.failure import failure_line
-from openrlhf_copo.openrlhf_ext.runtime_patches.adaptive_sampling import (Pool, keep_groups, open_prompts,
-                                                                          pools_by_prompt, resample)
+from openrlhf_copo.openrlhf_ext.runtime_patches.adaptive_sampling import (Pool, first_draw_indices, keep_groups,
+                                                                          open_prompts, pools_by_prompt, resample)
 
 
 def response(prompt: str, reward: float, length: int = 5) -> Experience:
@@ -30,7 +31,7 @@ def response(prompt: str, reward: float, length: int = 5) -> Experience:
 
 def settings(**kw):
     return types.SimpleNamespace(**{"ada_exit": "balanced", "ada_round_size": 8, "ada_budget": 12,
-                                    "ada_threshold": 0.7, **kw})
+                                    "ada_threshold": 0.7, "ada_draw_factor": 4, **kw})
 
 
 def pool_of(responses, G: int = 4, threshold: float = 0.7) -> Pool:
@@ -66,7 +67,7 @@ def test_kept_groups_carry_their_pool_and_the_step_cost():
     drawn_p = [response("p", r, length=3) for r in (0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0)]  # resolved in round 2
     drawn_q = [response("q", 0.0, length=2) for _ in range(12)]  # never resolved
     pools = [pool_of(drawn_p), pool_of(drawn_q)]
-    kept = keep_groups(pools, 4, settings(), rounds=2, first_round_tokens=4 * 3 + 4 * 2)
+    kept = keep_groups(pools, 4, settings(), rounds=2, first_round_tokens=4 * 3 + 4 * 2, mode="reinforce_ada")
     assert [e.rewards.item() for e in kept] == [0, 0, 1, 1, 0, 0, 0, 0]
     assert all(a is b for a, b in zip(kept, [drawn_p[i] for i in (0, 1, 5, 8)] + drawn_q[:4]))  # in draw order
     assert [e.info[ADA_DRAWN].item() for e in kept] == [12] * 8
@@ -121,11 +122,16 @@ class Engines:
         return out
 
 
+#: The --train.seed of `generator_for`'s runs (the random keep's seeds read it).
+RUN_SEED = 3
+
+
 def generator_for(engines: Engines, G: int, monkeypatch, **copo) -> SamplesGenerator:
     """A real `SamplesGenerator` whose dispatch asks ``engines`` (its refs are the responses: `ray.get` gives them)."""
     import ray
 
     args = types.SimpleNamespace(rollout=types.SimpleNamespace(n_samples_per_prompt=G),
+                                 train=types.SimpleNamespace(seed=RUN_SEED),
                                  copo=settings(**{"ada_budget": 32, **copo}))
     generator = SamplesGenerator(types.SimpleNamespace(args=args), None, None, None, [])
 
@@ -143,10 +149,10 @@ def first_round(generator, engines: Engines, prompts, G: int) -> list:
             for r in engines.respond(p, "1", G)]
 
 
-def step(generator, engines: Engines, prompts, G: int) -> list:
-    """One training rollout: the first round of G, then `resample`'s rounds; the G kept per prompt."""
+def step(generator, engines: Engines, prompts, G: int, mode: str = "reinforce_ada") -> list:
+    """One training rollout of ``mode``: the first round of G, then `resample`'s rounds; the G kept per prompt."""
     first = first_round(generator, engines, prompts, G)
-    return resample(generator, first, {"n_samples_per_prompt": G, "max_len": 2048})
+    return resample(generator, first, {"n_samples_per_prompt": G, "max_len": 2048}, mode_info(mode))
 
 
 #: Success rates from never to always, for prompts that resolve in each round, at the budget, or never.
@@ -199,10 +205,12 @@ def test_at_G_6_the_exit_is_checked_after_6_14_22_30_and_32_draws(monkeypatch):
     assert kept[0].info[ADA_DRAWN].item() == kept[0].info[ADA_DRAWN_CORRECT].item() == 6
 
 
-def test_a_step_holds_at_most_G_responses_per_prompt_while_it_samples(monkeypatch):
+@pytest.mark.parametrize("mode, dispatches", [("reinforce_ada", 4), ("reinforce_ada_uniform", 1)])
+def test_a_step_holds_at_most_G_responses_per_prompt_while_it_samples(monkeypatch, mode, dispatches):
     """Every Experience made during a step (the first round's and each later round's) is watched: when each round is
     dispatched, at most G per prompt are alive, not every response drawn so far (the whole budget per prompt kept
-    until selection grows a step's memory with the budget: issue 68)."""
+    until selection grows a step's memory with the budget: issue 68). Reinforce-Ada: rounds of 8 up to 32, 4 + 8 + 8 +
+    8 + 4; its selection control: one round of 12 after the first 4."""
     G, prompts = 4, [f"q{i}" for i in range(len(RATES))]
     engines = Engines(dict(zip(prompts, RATES)), seed=1)
     generator = generator_for(engines, G, monkeypatch)
@@ -224,9 +232,9 @@ def test_a_step_holds_at_most_G_responses_per_prompt_while_it_samples(monkeypatc
         return dispatch(*args, **kwargs)
 
     generator._dispatch_prompts_to_vllm = watched_dispatch
-    kept = step(generator, engines, prompts, G)
+    kept = step(generator, engines, prompts, G, mode)
     drawn = sum(len(v) for v in engines.drawn.values())
-    assert len(at_dispatch) == 4 and drawn > 3 * G * len(prompts)  # rounds of 8 up to 32: 4 + 8 + 8 + 8 + 4
+    assert len(at_dispatch) == dispatches and drawn > 3 * G * len(prompts)
     assert max(at_dispatch) <= G * len(prompts), at_dispatch
     assert alive() == len(kept) == G * len(prompts)
 
@@ -253,3 +261,81 @@ def test_a_first_step_with_no_correct_response_stops_the_run_in_one_line(monkeyp
     engines = Engines({"easy": 1.0, "coin": 0.5}, seed=3)
     generator = generator_for(engines, G, monkeypatch, ada_threshold=0.7, ada_budget=12)
     assert len(step(generator, engines, prompts, G)) == 2 * G
+
+    # the selection control draws its 4G whatever they are: the same stop, without a budget to blame
+    engines = Engines({"easy": 1.0, "coin": 0.5}, seed=3)
+    generator = generator_for(engines, G, monkeypatch, ada_threshold=5.0)
+    with pytest.raises(CopoConfigError) as stopped:
+        step(generator, engines, prompts, G, "reinforce_ada_uniform")
+    assert [len(engines.drawn[p]) for p in prompts] == [16, 16]
+    assert str(stopped.value) == (
+        "reinforce_ada_uniform: no response of the first step had a reward above --copo.ada_threshold 5 (greatest: 1): "
+        "every prompt would train on its reward with no baseline; set the threshold within the reward's range "
+        "(REWARD_RANGE in the reward file checks it at start)")
+
+
+def keep_of(prompt: str, draw: int, pool_size: int, G: int) -> list:
+    """The draws a pool of ``prompt`` keeps under the selection control, read from the documented seed: sha256 of
+    "keep:<run seed>:<draw index>:" and the first 8 bytes of the prompt's sha256, its first 8 bytes little-endian."""
+    digest = hashlib.sha256(f"keep:{RUN_SEED}:{draw}:".encode() + hashlib.sha256(prompt.encode()).digest()[:8])
+    return ada_random_keep(pool_size, G, int.from_bytes(digest.digest()[:8], "little"))
+
+
+def test_the_selection_control_draws_4g_in_one_round_and_keeps_its_seeded_random_g(monkeypatch):
+    """Reinforce-Ada's selection control (`reinforce_ada_uniform`) through `resample`: 13 prompts from never to always
+    solved, G = 4. Each draws 16 (4G: the normal rollout's 4, then ONE round of 12 for every prompt, resolved or not),
+    keeps the 4 at the draw indices its seed picks (`keep_of`: the run's seed and the prompt's draw index, 0 at its
+    first visit and 16 at its second), in draw order, with the statistics of its whole pool of 16. A second run of the
+    same seed keeps the same draws; the balanced keep would have kept others in some pools."""
+    G, prompts = 4, [f"q{i}" for i in range(len(RATES))]
+    engines = Engines(dict(zip(prompts, RATES)), seed=5)
+    generator = generator_for(engines, G, monkeypatch)
+    kept = step(generator, engines, prompts, G, "reinforce_ada_uniform")
+    assert engines.calls == [dict.fromkeys(prompts, 12)] and {len(engines.drawn[p]) for p in prompts} == {16}
+
+    expected, balanced_differs = [], 0
+    for p in prompts:
+        draws = engines.drawn[p]
+        for i in keep_of(p, 0, 16, G):
+            expected.append((draws[i][0], draws[i][1], 16, sum(r > 0.7 for _, r, _ in draws)))
+        correct = [r > 0.7 for _, r, _ in draws]
+        balanced_differs += sorted(keep_of(p, 0, 16, G)) != ada_select(correct, G)
+    got = [(int(e.sequences[0, 3]), e.rewards.item(), e.info[ADA_DRAWN].item(), e.info[ADA_DRAWN_CORRECT].item())
+           for e in kept]
+    assert got == expected
+    assert balanced_differs > 0
+    assert all(e.info[ADA_ROUNDS].item() == 2 and e.info[ADA_DRAWN_MAX].item() == 16 for e in kept)
+    assert kept[0].info[ADA_TOKENS].item() == sum(n for p in prompts for *_, n in engines.drawn[p])
+    assert kept[0].info[ADA_TOKENS_FIRST_ROUND].item() == sum(n for p in prompts for *_, n in engines.drawn[p][:G])
+    assert [e.info[ADA_RESOLVED].item() for e in kept[::G]] == [  # whether Reinforce-Ada's balanced exit was met
+        float(ada_resolved(sum(r > 0.7 for _, r, _ in engines.drawn[p]), 16 - sum(r > 0.7 for _, r, _ in
+                                                                              engines.drawn[p]), G)) for p in prompts]
+
+    # the same seed and draws: the same keep; the prompts' second visit: their draws 16 to 31, another keep
+    again = Engines(dict(zip(prompts, RATES)), seed=5)
+    assert [int(e.sequences[0, 3]) for e in step(generator_for(again, G, monkeypatch), again, prompts, G,
+                                                  "reinforce_ada_uniform")] == [g[0] for g in got]
+    second = step(generator, engines, prompts, G, "reinforce_ada_uniform")
+    assert [int(e.sequences[0, 3]) for e in second] == [
+        engines.drawn[p][16 + i][0] for p in prompts for i in keep_of(p, 16, 16, G)]
+
+    # --copo.ada_draw_factor 2: 8 drawn, one round of 4
+    engines = Engines(dict(zip(prompts, RATES)), seed=5)
+    kept = step(generator_for(engines, G, monkeypatch, ada_draw_factor=2), engines, prompts, G,
+                "reinforce_ada_uniform")
+    assert engines.calls == [dict.fromkeys(prompts, 4)] and kept[0].info[ADA_DRAWN].item() == 8
+    assert [int(e.sequences[0, 3]) for e in kept] == [engines.drawn[p][i][0] for p in prompts
+                                                      for i in keep_of(p, 0, 8, G)]
+
+
+def test_the_keeps_draw_index_is_the_runs_count_before_the_step():
+    """Under --copo.seeded_rollouts the run's `DrawCounter` has counted the first round already: prompt a, drawn 16
+    times at an earlier visit, has 16 + 4; b, twice in this batch, 4 + 4. So the pools start at draws 16, 0 and 4
+    (b's second group after its first's 4). Without seeded rollouts the generator counts each pool's 16 itself."""
+    from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import DrawCounter, prompt_key
+
+    seeded = types.SimpleNamespace(_copo_draw_counter=DrawCounter({prompt_key("a"): 20, prompt_key("b"): 8}))
+    assert first_draw_indices(seeded, ["a", "b", "b"], 4, 16) == [16, 0, 4]
+    own = types.SimpleNamespace()
+    assert first_draw_indices(own, ["a", "b", "b"], 4, 16) == [0, 0, 4]
+    assert first_draw_indices(own, ["b", "a"], 4, 16) == [32, 16]
