@@ -46,9 +46,13 @@ WEIGHTED_GLOBAL_ADV = "copo_weighted_global_adv"
 #: patch 7 in the engine's process; the advantage step turns it into the engine index and drops it.
 ROLLOUT_ENGINE_SEED = "copo_rollout_engine_seed"
 
+#: The number of responses in the response's prompt group, set on every response by a rollout that draws groups of
+#: different sizes (``knapsack``: patch 11); the advantage step reads the groups' boundaries from it and drops it.
+GROUP_SIZE = "copo_group_size"
+
 #: Per-response ids that travel in `experience.info` but are labels, not metrics: dropped before OpenRLHF averages
 #: the info into its logs (by the advantage step under COPO, by patch 1 under any other estimator).
-ID_LABELS = (ANSWER_ID, ANSWER_STRING_ID, ROLLOUT_ENGINE_SEED)
+ID_LABELS = (ANSWER_ID, ANSWER_STRING_ID, ROLLOUT_ENGINE_SEED, GROUP_SIZE)
 
 #: Prefix of the answer key of a response without an extractable answer (its own text follows).
 NO_ANSWER_PREFIX = "noanswer:"
