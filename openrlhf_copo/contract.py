@@ -108,13 +108,23 @@ ADA_ROUNDS = "copo_ada_rounds"
 ADA_DRAWN_MAX = "copo_ada_drawn_max"
 ADA_TOKENS = "copo_ada_tokens"
 ADA_TOKENS_FIRST_ROUND = "copo_ada_tokens_first_round"
+#: Knapsack RL's allocation (mode ``knapsack``, `runtime_patches.knapsack`), per rollout batch: the largest and the
+#: smallest group, the prompts whose success rate lay strictly between 0 and 1 (the dynamic program's), the prompts
+#: whose rate came from this step's pilot (never drawn before), and the surplus: the responses beyond every prompt's
+#: minimum that the mixed prompts' need left, given to unsolved, then solved, prompts.
+KNAPSACK_N_MAX = "copo_knapsack_n_max"
+KNAPSACK_N_MIN = "copo_knapsack_n_min"
+KNAPSACK_MIXED = "copo_knapsack_mixed"
+KNAPSACK_PILOTED = "copo_knapsack_piloted"
+KNAPSACK_SURPLUS = "copo_knapsack_surplus"
 #: Every metric above (the engine one as its pattern), and the reward file's.
 METRICS = (ENTROPY, W_LOCAL, W_GLOBAL, W_LOCAL_MID, MIXED_LOCAL_LOST, INCORRECT_REINFORCED, CORRECT_PENALIZED,
            LOCAL_ADV, GLOBAL_ADV_RAW, ALL_CORRECT, ALL_INCORRECT, ZERO_STD, SIGNAL_GRPO, SIGNAL_COPO,
            ROLLOUT_LOGPROB_ABSDIFF, TOKEN_SURPRISAL, GLOBAL_ADV_STD, PROMPT_REWARD_MEAN, NUM_PROMPTS, NUM_ENGINES,
            ENGINE_LOGPROB_ABSDIFF, LOSS_LOCAL, LOSS_GLOBAL, CLIP_RATIO_GLOBAL, PUSH_LOCAL_SQ, PUSH_GLOBAL_SQ,
            PUSH_DOT, WEIGHTED_GLOBAL_ADV, CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR, ADA_DRAWN, ADA_DRAWN_CORRECT,
-           ADA_RESOLVED, ADA_ROUNDS, ADA_DRAWN_MAX, ADA_TOKENS, ADA_TOKENS_FIRST_ROUND)
+           ADA_RESOLVED, ADA_ROUNDS, ADA_DRAWN_MAX, ADA_TOKENS, ADA_TOKENS_FIRST_ROUND, KNAPSACK_N_MAX, KNAPSACK_N_MIN,
+           KNAPSACK_MIXED, KNAPSACK_PILOTED, KNAPSACK_SURPLUS)
 
 # Names every process of a run agrees on (the driver sets them, Ray's workers read them).
 

@@ -34,7 +34,10 @@ The registry below also holds every switch of the authors' released code (docs/p
 paper: NGRPO (``ngrpo``), RL-ZVP (``rl_zvp``) and Dr. GRPO (``dr_grpo``); and Reinforce-Ada (``reinforce_ada``), which
 answers them by sampling more: its exit rules, its choice of the G kept and its pool baseline are here
 (`ada_resolved`, `ada_select`, `ada_pool_baseline`), its extra generation rounds in
-`openrlhf_ext.runtime_patches.adaptive_sampling`; ``reinforce_ada_copo`` adds COPO's global term to it.
+`openrlhf_ext.runtime_patches.adaptive_sampling`; ``reinforce_ada_copo`` adds COPO's global term to it. ``knapsack``
+(Knapsack RL) trains GRPO's loss on groups whose sizes the rollout allocates from the step's fixed budget of B x G
+responses: its value and dynamic program are here (`knapsack_value`, `knapsack_allocation`), its rollout in
+`openrlhf_ext.runtime_patches.knapsack`.
 """
 
 from __future__ import annotations
@@ -76,6 +79,14 @@ __all__ = [
     "ada_pool_baseline",
     "ada_local_advantage",
     "ada_prompt_reward",
+    "KNAPSACK_MIN_N",
+    "KNAPSACK_CONFIDENCE",
+    "KNAPSACK_WINDOW",
+    "knapsack_value",
+    "knapsack_need",
+    "knapsack_dp",
+    "KnapsackAllocation",
+    "knapsack_allocation",
 ]
 
 #: Where the modes that read it (``copo``, ``go_selective``) set w_local = 0 (see `zero_controlled`).
@@ -106,6 +117,9 @@ class Defaults:
     ada_round_size: int = 8  # round_repeat: responses per unresolved prompt and round
     ada_budget: int = 32  # max_rounds 4 x round_repeat 8: responses drawn per prompt at most
     ada_threshold: float = 0.7  # positive_threshold: a response is correct when its reward exceeds it
+    # Knapsack RL (arXiv 2509.25849), its script (liziniu/KnapsackRL, examples/knapsack_trainer/
+    # run_knapsack_grpo_7b.sh): MAX_N, the most responses one prompt may get in a step
+    knapsack_max_n: int = 128
 
 
 DEFAULTS = Defaults()
@@ -328,7 +342,9 @@ class Mode:
     rollout draws more responses for unresolved prompts and keeps G of each pool (Reinforce-Ada: patch 11), and the
     advantage reads the pool's statistics (`WeightInputs.pool_correct`, ``pool_size``); ``global_std``: the global
     term's std where the mode takes it from another paper than its local term's (``--copo.std`` then sets the local
-    term's alone); ``prompt_reward(x)``: the mode's own R(q) [B] in place of mean_G r (eq. g_r)."""
+    term's alone); ``prompt_reward(x)``: the mode's own R(q) [B] in place of mean_G r (eq. g_r); ``budget_allocation``:
+    the rollout spreads the step's B x G responses over its prompts (Knapsack RL: `knapsack_allocation`, patch 11), so
+    that the groups differ in size (`Groups`), each response carrying its group's size (`contract.GROUP_SIZE`)."""
 
     name: str
     weights: Callable[[WeightInputs], Tuple[torch.Tensor, torch.Tensor]]
@@ -344,6 +360,7 @@ class Mode:
     adaptive_sampling: bool = False
     global_std: Optional[str] = None
     prompt_reward: Optional[Callable[[WeightInputs], torch.Tensor]] = None
+    budget_allocation: bool = False
 
 
 _MODES: Dict[str, Mode] = {}
@@ -687,6 +704,123 @@ def reinforce_ada_copo_weights(x: WeightInputs):
     blend sees the balanced group: at G = 6 a kept 3 + 3 split (one wrong answer repeated) has H = 1 bit and, at
     gamma 20 and rho 1.5, w_local 4.5e-5, the global term alone, as mode ``copo`` gives such a group."""
     return copo_weights(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Knapsack RL (arXiv 2509.25849; liziniu/KnapsackRL at ca5d5f5, verl/trainer/ppo/exploration_utils.py): a step's
+# budget of B x G responses allocated over its B prompts by each prompt's value, by dynamic programming. Where this
+# differs from their code, and why, is docs/paper.md's "Knapsack RL" section.
+
+#: The fewest responses a prompt gets (their min_n): a group of fewer has no spread for GRPO's advantage. Also the
+#: size of the pilot that estimates a new prompt's success rate (`openrlhf_ext.runtime_patches.knapsack`).
+KNAPSACK_MIN_N = 2
+#: The probability of a group with both outcomes that a mixed prompt's share of the budget aims at (their alpha).
+KNAPSACK_CONFIDENCE = 0.9
+#: A prompt's success rate is the mean of its latest this many outcomes (their reward_buffer_length).
+KNAPSACK_WINDOW = 16
+
+
+def knapsack_value(n: int, p: float) -> float:
+    """Knapsack RL's value of drawing ``n`` responses for a prompt of success rate ``p`` (arXiv 2509.25849, Sec. 3):
+
+        value(n, p) = (1 - p^n - (1 - p)^n) * p (1 - p)^2
+
+    the probability that a group of n holds both outcomes (so that GRPO's gradient is not 0) times the prompt's
+    InfoGain p (1 - p)^2. 0 at p = 0 and p = 1, whatever n."""
+    return (1.0 - p ** n - (1.0 - p) ** n) * p * (1.0 - p) ** 2
+
+
+def knapsack_need(p: float, n_max: int) -> int:
+    """The responses a prompt of success rate 0 < p < 1 needs for a group with both outcomes with probability about
+    `KNAPSACK_CONFIDENCE`: their "probability" cost, ln(1 - alpha) / ln max(p, 1 - p) (the larger outcome's share
+    ^ n <= 1 - alpha), rounded up, between `KNAPSACK_MIN_N` and ``n_max``."""
+    cost = math.log(1.0 - KNAPSACK_CONFIDENCE) / math.log(max(p, 1.0 - p))
+    return min(n_max, max(KNAPSACK_MIN_N, math.ceil(cost - 1e-12)))  # 1e-12: an exact integer cost is not one more
+
+
+def knapsack_dp(rates: Sequence[float], budget: int, n_min: int, n_max: int) -> List[int]:
+    """N_i maximizing sum_i value(N_i, p_i) (`knapsack_value`) subject to sum_i N_i = ``budget`` and
+    ``n_min`` <= N_i <= ``n_max``, by dynamic programming over (prompts so far, responses so far): best[i][w], the
+    greatest value of the first i prompts given w responses beyond their minima, is the max over k = 0 .. n_max - n_min
+    of best[i - 1][w - k] + value(n_min + k, p_i); O(prompts x budget x (n_max - n_min)), each prompt's k a vector
+    operation over w. Among allocations of equal value it returns the one whose last prompts take the fewest (k rising,
+    a tie keeps the first)."""
+    import numpy as np
+
+    m, extra, most = len(rates), budget - n_min * len(rates), n_max - n_min
+    if extra < 0 or extra > most * m:
+        raise ValueError(f"a budget of {budget} responses cannot give {m} prompts {n_min} to {n_max} each")
+    best = np.full(extra + 1, -np.inf)
+    best[0] = 0.0
+    take = np.zeros((m, extra + 1), dtype=np.int64)
+    for i, p in enumerate(rates):
+        new = np.full(extra + 1, -np.inf)
+        for k in range(min(most, extra) + 1):
+            candidate = np.full(extra + 1, -np.inf)
+            candidate[k:] = best[:extra + 1 - k] + knapsack_value(n_min + k, p)
+            better = candidate > new
+            new[better], take[i][better] = candidate[better], k
+        best = new
+    sizes, w = [0] * m, extra
+    for i in range(m - 1, -1, -1):
+        sizes[i] = n_min + int(take[i][w])
+        w -= int(take[i][w])
+    return sizes
+
+
+@dataclass(frozen=True)
+class KnapsackAllocation:
+    """One step's allocation (`knapsack_allocation`): each prompt's N, in prompt order; how many prompts were mixed
+    (0 < p < 1: the dynamic program's); and the surplus, the responses beyond the minima that the mixed prompts'
+    need did not take (given to unsolved, then solved, prompts)."""
+
+    sizes: Tuple[int, ...]
+    mixed: int
+    surplus: int
+
+
+def knapsack_allocation(rates: Sequence[float], budget: int, n_max: int,
+                        n_min: int = KNAPSACK_MIN_N) -> KnapsackAllocation:
+    """Knapsack RL's allocation of ``budget`` responses (B x G: GRPO's) over prompts of success rates ``rates``:
+
+    1. every prompt gets ``n_min`` (their min_n, negative_n and positive_n: 2);
+    2. the mixed prompts (0 < p < 1) may take `knapsack_need`(p) - n_min more each (their cost estimate):
+       D = min(what the budget has left, the sum of those);
+    3. the surplus S = the rest goes evenly to the unsolved prompts (p = 0; their fallback), then evenly to the solved
+       ones (p = 1), each up to ``n_max``; what neither can take joins D;
+    4. D goes to the mixed prompts by `knapsack_dp`: the N_i of greatest sum_i value(N_i, p_i), each up to ``n_max``.
+
+    "Evenly": the same number each, the first in prompt order one more where it does not divide. sum N_i = ``budget``
+    always (n_min B <= budget <= n_max B is required)."""
+    B = len(rates)
+    if not n_min * B <= budget <= n_max * B:
+        raise ValueError(f"a budget of {budget} responses cannot give {B} prompts {n_min} to {n_max} each")
+    if any(not 0.0 <= p <= 1.0 for p in rates):
+        raise ValueError(f"success rates must lie in [0, 1], got {list(rates)}")
+    sizes = [n_min] * B
+    mixed = [b for b, p in enumerate(rates) if 0.0 < p < 1.0]
+    left = budget - n_min * B
+    mixed_share = min(left, sum(knapsack_need(rates[b], n_max) - n_min for b in mixed))
+    surplus = left - mixed_share
+    rest = surplus
+    for outcome in (0.0, 1.0):  # unsolved first: more draws are their only way to a first success
+        takers = [b for b, p in enumerate(rates) if p == outcome]
+        given = min(rest, (n_max - n_min) * len(takers))
+        for j, b in enumerate(takers):
+            sizes[b] += given // len(takers) + (j < given % len(takers))
+        rest -= given
+    for b, n in zip(mixed, knapsack_dp([rates[b] for b in mixed], n_min * len(mixed) + mixed_share + rest, n_min,
+                                       n_max)):
+        sizes[b] = n
+    return KnapsackAllocation(tuple(sizes), len(mixed), surplus)
+
+
+@register_mode("knapsack", blended=False, budget_allocation=True)
+def knapsack_weights(x: WeightInputs):
+    """Knapsack RL (arXiv 2509.25849): GRPO's loss (the local term alone, this package's GRPO std, eq. local_adv
+    over each group's own responses) on groups whose sizes the rollout allocated over the step's prompts
+    (`knapsack_allocation`), B x G responses in all, as GRPO draws."""
+    return grpo_weights(x)
 
 
 def reward_coef_prompt_reward(rewards: torch.Tensor, entropy: torch.Tensor, base: float,

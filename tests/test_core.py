@@ -1,6 +1,7 @@
 """openrlhf_copo.core: the paper's worked example, an independent reading of both conventions, edge cases."""
 
 import hashlib
+import itertools
 import json
 import math
 import random
@@ -11,6 +12,11 @@ import pytest
 import torch
 
 from openrlhf_copo.core import (
+    KnapsackAllocation,
+    knapsack_allocation,
+    knapsack_dp,
+    knapsack_need,
+    knapsack_value,
     mode_info,
     modes,
     consistency_entropy,
@@ -117,7 +123,7 @@ def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased
         row_l, row_g = [], []
         for i in range(G):
             zero = {"prompt": none_right, "response": not correct[b][i], "uniform": flat, "none": False}[zero_control]
-            if mode in ("grpo", "ngrpo", "dr_grpo", "reinforce_ada"):
+            if mode in ("grpo", "ngrpo", "dr_grpo", "reinforce_ada", "knapsack"):
                 l, g = 1.0, 0.0
             elif mode == "go_only":
                 l, g = 0.0, 1.0
@@ -715,3 +721,76 @@ def test_group_sizes_that_do_not_fit_are_refused():
         copo_advantages(r, torch.zeros(5, dtype=torch.long), group_sizes=[2, 2, 1])
     with pytest.raises(ValueError, match=r"prompt group\(s\) \[1\]"):
         copo_advantages(torch.tensor([1.0, 0, 1, math.nan, 0]), torch.zeros(5, dtype=torch.long), group_sizes=[2, 3])
+
+
+# ---------------------------------------------------------------------------------------------
+# Knapsack RL's allocation (issue 69, item 3): value and dynamic program against values computed by hand from the
+# published formulas (arXiv 2509.25849: value(N, p) = (1 - p^N - (1 - p)^N) p (1 - p)^2; cost ln(1 - 0.9) / ln max(p,
+# 1 - p)), the dynamic program against brute force, the budget exact.
+
+def test_knapsack_value_by_hand():
+    # p = 1/2: (1 - 2 / 2^N) / 8;  p = 1/4: (1 - 4^-N - 0.75^N) x 0.25 x 0.5625 = ... x 0.140625
+    assert knapsack_value(4, 0.5) == pytest.approx(0.109375)
+    assert knapsack_value(7, 0.5) == pytest.approx(0.123046875)
+    assert knapsack_value(5, 0.25) == pytest.approx((1 - 0.25 ** 5 - 0.75 ** 5) * 0.140625)
+    assert knapsack_value(5, 0.25) == pytest.approx(0.10711670)
+    assert knapsack_value(8, 0.0) == knapsack_value(8, 1.0) == 0.0
+
+
+def test_knapsack_need_is_their_probability_cost_rounded_up():
+    # ln 0.1 / ln 0.5 = 3.32 -> 4; ln 0.1 / ln 0.75 = 8.004 -> 9; p = 0.1 and 0.9 alike: ln 0.1 / ln 0.9 = 21.85 -> 22
+    assert [knapsack_need(p, 128) for p in (0.5, 0.25, 0.75, 0.1, 0.9)] == [4, 9, 9, 22, 22]
+    assert knapsack_need(0.1, 8) == 8  # the cap
+
+
+def test_knapsack_dp_finds_the_best_allocation_of_brute_force():
+    rng = random.Random(69)
+    for _ in range(30):
+        rates = [rng.choice([rng.random(), 0.5, 0.05, 0.95]) for _ in range(rng.randint(1, 4))]
+        n_min, n_max = 2, rng.randint(2, 7)
+        budget = rng.randint(n_min * len(rates), n_max * len(rates))
+        feasible = [a for a in itertools.product(range(n_min, n_max + 1), repeat=len(rates)) if sum(a) == budget]
+        best = max(sum(knapsack_value(n, p) for n, p in zip(a, rates)) for a in feasible)
+        sizes = knapsack_dp(rates, budget, n_min, n_max)
+        assert sum(sizes) == budget and all(n_min <= n <= n_max for n in sizes)
+        assert sum(knapsack_value(n, p) for n, p in zip(sizes, rates)) == pytest.approx(best, rel=1e-12, abs=1e-15)
+
+
+def test_knapsack_allocation_by_hand():
+    """B = 4 prompts x G = 4: a budget of 16, at most 8 each. p = 0.5, 0.25, 0, 1: every prompt 2; the mixed two need
+    4 and min(8, 9) = 8 (2 + 6 more, all of the 8 left: no surplus); the 8 over p = 0.5 and 0.25 with N1 + N2 = 12:
+    value(N1, 0.5) + value(N2, 0.25) =
+        (4, 8) 0.109375 + 0.126545 = 0.235920     (5, 7) 0.117188 + 0.121845 = 0.239033
+        (6, 6) 0.121094 + 0.115563 = 0.236657     (7, 5) 0.123047 + 0.107117 = 0.230164     (8, 4) 0.219604
+    so (5, 7): [5, 7, 2, 2]."""
+    assert knapsack_allocation([0.5, 0.25, 0.0, 1.0], 16, 8) == KnapsackAllocation((5, 7, 2, 2), mixed=2, surplus=0)
+    # p = 0.5, 0, 0, 1: the mixed prompt needs 4 (2 more), the other 6 of the 8 left are the surplus, 3 to each
+    # unsolved prompt (their fallback to p = 0 prompts); the solved one keeps 2
+    assert knapsack_allocation([0.5, 0.0, 0.0, 1.0], 16, 8) == KnapsackAllocation((4, 5, 5, 2), mixed=1, surplus=6)
+    # every prompt mixed, 12 for 2 at p = 0.5: each needs 4, the 4 left have no unsolved or solved prompt to go to, so
+    # the mixed prompts take them by value: value(6) x 2 = 0.2421875 > value(5) + value(7) = 0.2402344
+    assert knapsack_allocation([0.5, 0.5], 12, 8) == KnapsackAllocation((6, 6), mixed=2, surplus=4)
+
+
+def test_knapsack_allocation_of_the_all_solved_and_all_unsolved_batches():
+    # no prompt has a value: every response beyond the minima is surplus, spread evenly, as their code's uniform n
+    assert knapsack_allocation([1.0, 1.0, 1.0], 12, 128) == KnapsackAllocation((4, 4, 4), mixed=0, surplus=6)
+    assert knapsack_allocation([0.0, 0.0, 0.0], 12, 128) == KnapsackAllocation((4, 4, 4), mixed=0, surplus=6)
+    # the unsolved take the surplus before the solved: 6 over two, 3 each; with 5 to spread over 2, the first gets 3
+    assert knapsack_allocation([1.0, 0.0, 0.0], 12, 128).sizes == (2, 5, 5)
+    assert knapsack_allocation([0.0, 1.0, 0.0], 11, 128).sizes == (5, 2, 4)
+    # the cap: 4 over one unsolved prompt capped at 4 (2 more), the other 2 to the solved one (their code: 6 and 2)
+    assert knapsack_allocation([0.0, 1.0], 8, 4).sizes == (4, 4)
+    assert knapsack_allocation([0.0, 1.0], 8, 128).sizes == (6, 2)
+
+
+def test_knapsack_allocation_spends_exactly_the_budget():
+    rng = random.Random(3)
+    for _ in range(200):
+        B, G = rng.randint(1, 12), rng.randint(2, 8)
+        rates = [rng.choice([0.0, 1.0, 0.5, rng.random()]) for _ in range(B)]
+        n_max = rng.randint(G, 3 * G)
+        sizes = knapsack_allocation(rates, B * G, n_max).sizes
+        assert sum(sizes) == B * G and all(2 <= n <= n_max for n in sizes), (rates, G, n_max, sizes)
+    with pytest.raises(ValueError, match="cannot give 2 prompts 2 to 3 each"):
+        knapsack_allocation([0.5, 0.5], 8, 3)

@@ -59,6 +59,10 @@ METHODS: Dict[str, List[str]] = {
                       "string", "--actor.dual_clip", "3", "--actor.loss_agg_mode", "seq-mean-token-mean"],
     # plain GRPO at 4 x the comparison's G (`SAMPLE_FACTOR`): Reinforce-Ada's generation budget given to GRPO
     "grpo_4xg": ["--advantage_estimator", "copo", "--copo.mode", "grpo"],
+    # Knapsack RL (issue 69): GRPO's P x G responses a step, allocated over its prompts by value (a pilot of 2 each,
+    # then the rest), GRPO's advantage over each group of its own size; GRPO's clip, so that the allocation is the
+    # only difference
+    "knapsack": ["--advantage_estimator", "knapsack"],
 }
 
 

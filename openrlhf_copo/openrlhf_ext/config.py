@@ -42,14 +42,17 @@ def is_copo(args) -> bool:
 #: `_setting`'s ``scope``: which estimators read a setting. COPO's estimators only (given to another, it is refused:
 #: it would change nothing); any estimator; COPO's only, but it only adds to the logs (given to another: a warning);
 #: COPO's estimators whose mode samples adaptively only (`core.Mode.adaptive_sampling`: Reinforce-Ada's rounds; given
-#: under any other mode or estimator, it is refused).
+#: under any other mode or estimator, it is refused); those whose mode allocates its budget only
+#: (`core.Mode.budget_allocation`: Knapsack RL's; refused likewise).
 COPO_ONLY, ANY_ESTIMATOR, COPO_LOGS, ADAPTIVE_ONLY = "copo", "any", "copo logs", "adaptive sampling"
+ALLOCATION_ONLY = "budget allocation"
 
 
 def _setting(default, help: str, *, choices=None, check=None, core=False, resume=False, kind=None, scope=COPO_ONLY):
     """One `--copo.<name>` setting: ``check`` is (predicate, what the value must be); ``core``: a keyword of
     `core.copo_advantages`; ``resume``: a resumed run must keep it (it changes the training math); ``scope``: which
-    estimators read it (`COPO_ONLY`, `ANY_ESTIMATOR`, `COPO_LOGS`, `ADAPTIVE_ONLY`). ``choices`` may be a function,
+    estimators read it (`COPO_ONLY`, `ANY_ESTIMATOR`, `COPO_LOGS`, `ADAPTIVE_ONLY`, `ALLOCATION_ONLY`). ``choices`` may
+    be a function,
     called when the parser is built (the registry's modes)."""
     return field(default=default, metadata=dict(help=help, choices=choices, check=check, core=core,
                                                 resume=resume or core, kind=kind or type(default), scope=scope))
@@ -199,6 +202,11 @@ class CopoSettings:
         DEFAULTS.ada_threshold, resume=True, scope=ADAPTIVE_ONLY,
         help="mode reinforce_ada: a response is correct for the exit rules, the kept group's balance "
              "and the pool's baseline when its reward exceeds this (their positive_threshold: 0.7)")
+    knapsack_max_n: int = _setting(
+        DEFAULTS.knapsack_max_n, check=(lambda v: v >= 2, "must be >= 2"), resume=True, scope=ALLOCATION_ONLY,
+        help="mode knapsack: the most responses one prompt may get in a step, of the step's "
+             "--rollout.batch_size x --rollout.n_samples_per_prompt (Knapsack RL's max_n: 128 in its script); at "
+             "least --rollout.n_samples_per_prompt")
 
     @classmethod
     def from_args(cls, args) -> "CopoSettings":
@@ -255,6 +263,8 @@ def _inert_settings(mode: str, reward_coef: bool) -> set:
         inert.add("zvp_alpha")
     if not info.adaptive_sampling:
         inert |= {f.name for f in fields(CopoSettings) if f.metadata["scope"] == ADAPTIVE_ONLY}
+    if not info.budget_allocation:
+        inert |= {f.name for f in fields(CopoSettings) if f.metadata["scope"] == ALLOCATION_ONLY}
     return inert
 
 
@@ -301,7 +311,7 @@ def copo_problems(args) -> List[str]:
         return [f"{flag} is read by COPO's estimators only, and --advantage_estimator {estimator} is OpenRLHF's own, "
                 f"which would ignore it: drop it, or run one of COPO's estimators (GRPO through COPO's path: "
                 f"--advantage_estimator copo --copo.mode grpo)"
-                for flag in _given(args, (COPO_ONLY, ADAPTIVE_ONLY))] + eval_flag_problems(args)
+                for flag in _given(args, (COPO_ONLY, ADAPTIVE_ONLY, ALLOCATION_ONLY))] + eval_flag_problems(args)
     problems = eval_flag_problems(args)
     try:
         info = mode_info(resolve_mode(args))
@@ -313,6 +323,11 @@ def copo_problems(args) -> List[str]:
         problems += [f"{flag} is read by the modes that sample adaptively ({adaptive}) only, and mode {info.name} "
                      f"draws G responses per prompt once, so it would ignore it: drop it, or run one of those modes"
                      for flag in _given(args, (ADAPTIVE_ONLY,))]
+    if info is not None and not info.budget_allocation:
+        allocating = ", ".join(m for m in modes() if mode_info(m).budget_allocation)
+        problems += [f"{flag} is read by the modes that allocate each step's budget over its prompts ({allocating}) "
+                     f"only, and mode {info.name} draws the same number for every prompt, so it would ignore it: drop "
+                     "it, or run one of those modes" for flag in _given(args, (ALLOCATION_ONLY,))]
     if info is not None and info.std_fixed and args.copo.std not in (None, info.std):
         problems.append(f"--copo.std {args.copo.std}: mode {info.name} is defined by std {info.std}; drop --copo.std")
     if info is not None and info.token_advantage is not None and getattr(args.actor, "entropy_coef", None) is None:
@@ -323,6 +338,10 @@ def copo_problems(args) -> List[str]:
     if info is not None and info.adaptive_sampling and args.copo.ada_budget < n:
         problems.append(f"--copo.ada_budget {args.copo.ada_budget} < --rollout.n_samples_per_prompt {n}: mode "
                         f"{info.name} draws the normal rollout's {n} responses per prompt first; give a budget >= {n}")
+    if info is not None and info.budget_allocation and args.copo.knapsack_max_n < n:
+        problems.append(f"--copo.knapsack_max_n {args.copo.knapsack_max_n} < --rollout.n_samples_per_prompt {n}: mode "
+                        f"{info.name} spreads {n} responses per prompt on average over the step's prompts, which a "
+                        f"cap below {n} cannot place; give a cap >= {n}")
     if n < 2:
         problems.append(f"--rollout.n_samples_per_prompt {n}: COPO needs at least 2 responses per prompt "
                         "(its local advantage and consistency entropy are per-prompt group statistics)")
@@ -334,6 +353,11 @@ def copo_problems(args) -> List[str]:
                         "into the reward, where COPO would scale it by w_local: add --algo.kl.use_loss (the paper's "
                         "KL loss) or set --algo.kl.init_coef 0")
     generate = getattr(args.rollout, "vllm_generate_batch_size", None)
+    if info is not None and info.budget_allocation and generate and generate != args.rollout.batch_size:
+        problems.append(f"--rollout.vllm_generate_batch_size {generate} != --rollout.batch_size "
+                        f"{args.rollout.batch_size}: mode {info.name} allocates one step's responses over the prompts "
+                        f"drawn together, and OpenRLHF would cut a rollout of another size into steps of "
+                        f"{args.rollout.batch_size} x n responses across its groups: leave it unset")
     if generate and generate < args.rollout.batch_size:
         problems.append(f"--rollout.vllm_generate_batch_size {generate} < --rollout.batch_size {args.rollout.batch_size}: "
                         f"OpenRLHF then trains each step on {generate} prompts, so COPO's global advantage would span "

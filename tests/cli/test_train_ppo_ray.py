@@ -354,6 +354,21 @@ def test_reinforce_ada_resumes_only_with_its_sampling_settings(load_args, tmp_pa
         check_resume_settings(load_args(argv + ["--copo.ada_exit", "positive_focused"]))
 
 
+def test_knapsack_resumes_only_with_its_cap_and_refuses_a_rollout_cut_across_its_groups(load_args, capsys):
+    """--copo.knapsack_max_n changes the allocation: kept in knapsack's resume record, not in another mode's. A
+    --rollout.vllm_generate_batch_size other than the rollout batch would have OpenRLHF cut one rollout of groups of
+    different sizes into steps of batch x n responses: refused in one line."""
+    from openrlhf_copo.openrlhf_ext.config import resume_record
+
+    record = resume_record(load_args(copo_argv("--advantage_estimator", "knapsack", "--copo.knapsack_max_n", "16")))
+    assert record["knapsack_max_n"] == 16 and record["mode"] == "knapsack" and "gamma" not in record
+    assert "knapsack_max_n" not in resume_record(load_args(copo_argv()))
+    with pytest.raises(SystemExit):
+        load_args(copo_argv("--advantage_estimator", "knapsack", "--rollout.vllm_generate_batch_size", "8"))
+    assert ("--rollout.vllm_generate_batch_size 8 != --rollout.batch_size 4: mode knapsack allocates one step's "
+            "responses over the prompts drawn together") in capsys.readouterr().err
+
+
 def test_copos_checks_see_the_arguments_openrlhf_hands_to_train(load_args, monkeypatch):
     """COPO's checks run where OpenRLHF's main calls train(args), after its own adjustments: an agent function
     becomes remote_url ["agent"] there, so a COPO run with an agent function (whose step returns copo_answer_id) is
