@@ -97,12 +97,18 @@ def test_groups_of_different_sizes_are_allocated_drawn_logged_and_trained(knapsa
 
 
 def test_the_pilot_is_two_of_the_responses_a_run_of_another_method_with_the_same_seed_drew(knapsack_run):
-    """--copo.seeded_rollouts: step 1's pilot of each prompt (its draws 0 and 1) is two of the four the first end-to-end
-    run (COPO's single round of 4: draws 0-3, the same model and seed) drew for that prompt."""
+    """--copo.seeded_rollouts: step 1's pilot of a prompt (its draws 0 and 1) is two of the four the first end-to-end
+    run (COPO's single round of 4: draws 0-3, the same model and seed) drew for it at its step 1, from the same
+    weights: at least one of the 3 prompts, as that step held 2 of the 4 prompts it trained on."""
     tmp, first_dir, _ = knapsack_run
     ours = recorded(tmp / RECORDED_RESPONSES)[:PROMPTS * G]
-    first = recorded(first_dir / RECORDED_RESPONSES)
-    for prompt in {r["prompt"] for r in ours}:
-        theirs = Counter(r["response"] for r in first if r["prompt"] == prompt)
+    # its training draws (its evaluations scored held-out prompts, rows 6-9, in the same file): step 1's 2 prompts x 4
+    trained = [f"What is {i} + {i}?" for i in range(4)]  # tests/e2e/conftest.py: MAX_SAMPLES 4
+    first_step = [r for r in recorded(first_dir / RECORDED_RESPONSES)
+                  if any(text in r["prompt"] for text in trained)][:2 * G]
+    shared = {r["prompt"] for r in ours} & {r["prompt"] for r in first_step}
+    assert shared
+    for prompt in shared:
+        theirs = Counter(r["response"] for r in first_step if r["prompt"] == prompt)
         pilot = Counter([r["response"] for r in ours if r["prompt"] == prompt][:2])
         assert sum(theirs.values()) == 4 and not pilot - theirs, prompt
