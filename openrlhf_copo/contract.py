@@ -46,9 +46,13 @@ WEIGHTED_GLOBAL_ADV = "copo_weighted_global_adv"
 #: patch 7 in the engine's process; the advantage step turns it into the engine index and drops it.
 ROLLOUT_ENGINE_SEED = "copo_rollout_engine_seed"
 
+#: The number of responses in the response's prompt group, set on every response by a rollout that draws groups of
+#: different sizes (``knapsack``: patch 11); the advantage step reads the groups' boundaries from it and drops it.
+GROUP_SIZE = "copo_group_size"
+
 #: Per-response ids that travel in `experience.info` but are labels, not metrics: dropped before OpenRLHF averages
 #: the info into its logs (by the advantage step under COPO, by patch 1 under any other estimator).
-ID_LABELS = (ANSWER_ID, ANSWER_STRING_ID, ROLLOUT_ENGINE_SEED)
+ID_LABELS = (ANSWER_ID, ANSWER_STRING_ID, ROLLOUT_ENGINE_SEED, GROUP_SIZE)
 
 #: Prefix of the answer key of a response without an extractable answer (its own text follows).
 NO_ANSWER_PREFIX = "noanswer:"
@@ -110,6 +114,15 @@ ADA_TOKENS_FIRST_ROUND = "copo_ada_tokens_first_round"
 #: each checkpoint, so a resumed run goes on counting). Read back by `evaluation.metrics_file.generated_tokens`.
 GENERATED_TOKENS = "copo_generated_tokens"
 GENERATED_TOKENS_TOTAL = "copo_generated_tokens_total"
+#: Knapsack RL's allocation (mode ``knapsack``, `runtime_patches.knapsack`), per rollout batch: the largest and the
+#: smallest group, the prompts whose success rate lay strictly between 0 and 1 (the dynamic program's), the prompts
+#: whose rate came from this step's pilot (never drawn before), and the surplus: the responses beyond every prompt's
+#: minimum that the mixed prompts' need left, given to unsolved, then solved, prompts.
+KNAPSACK_N_MAX = "copo_knapsack_n_max"
+KNAPSACK_N_MIN = "copo_knapsack_n_min"
+KNAPSACK_MIXED = "copo_knapsack_mixed"
+KNAPSACK_PILOTED = "copo_knapsack_piloted"
+KNAPSACK_SURPLUS = "copo_knapsack_surplus"
 #: Every metric above (the engine one as its pattern), and the reward file's.
 METRICS = (ENTROPY, W_LOCAL, W_GLOBAL, W_LOCAL_MID, MIXED_LOCAL_LOST, INCORRECT_REINFORCED, CORRECT_PENALIZED,
            LOCAL_ADV, GLOBAL_ADV_RAW, ALL_CORRECT, ALL_INCORRECT, ZERO_STD, SIGNAL_GRPO, SIGNAL_COPO,
@@ -117,7 +130,7 @@ METRICS = (ENTROPY, W_LOCAL, W_GLOBAL, W_LOCAL_MID, MIXED_LOCAL_LOST, INCORRECT_
            ENGINE_LOGPROB_ABSDIFF, LOSS_LOCAL, LOSS_GLOBAL, CLIP_RATIO_GLOBAL, PUSH_LOCAL_SQ, PUSH_GLOBAL_SQ,
            PUSH_DOT, WEIGHTED_GLOBAL_ADV, CORRECT, HAS_ANSWER, VERIFY_FAILED, LABEL_ERROR, ADA_DRAWN, ADA_DRAWN_CORRECT,
            ADA_RESOLVED, ADA_ROUNDS, ADA_DRAWN_MAX, ADA_TOKENS, ADA_TOKENS_FIRST_ROUND, GENERATED_TOKENS,
-           GENERATED_TOKENS_TOTAL)
+           GENERATED_TOKENS_TOTAL, KNAPSACK_N_MAX, KNAPSACK_N_MIN, KNAPSACK_MIXED, KNAPSACK_PILOTED, KNAPSACK_SURPLUS)
 
 # Names every process of a run agrees on (the driver sets them, Ray's workers read them).
 

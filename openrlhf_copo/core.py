@@ -10,6 +10,10 @@ with G responses each, rewards r [B, G] and extracted final answers tau [B, G]:
     w_local        = sigmoid(gamma * (H - rho)),   w_global = 1 - w_local       (eq. weight)
     loss           = w_local * clipPPO(A_local) + w_global * clipPPO(A_global)  (eq. copo)
 
+A batch's groups may differ in size (any G >= 2 per prompt: `Groups`; the ``knapsack`` mode allocates them): every
+per-group statistic is then the group's own (its mean and std over its own responses, its entropy's p(tau) over
+them), and the batch statistics of eq. global_adv run over the B prompts, each counted once whatever its size.
+
 `copo_advantages` returns both advantages and both weights; the trainer applies the two clipped
 terms separately (see `openrlhf_copo.openrlhf_ext.loss`). Every choice the paper leaves open is a
 keyword argument whose default is the paper's reading:
@@ -32,6 +36,9 @@ answers them by sampling more: its exit rules, its choice of the G kept and its 
 (`ada_resolved`, `ada_select`, `ada_pool_baseline`), its extra generation rounds in
 `openrlhf_ext.runtime_patches.adaptive_sampling`; ``reinforce_ada_copo`` adds COPO's global term to it, and
 ``reinforce_ada_uniform`` is its selection control (one uniform draw of k x G, G kept at random: `ada_random_keep`).
+``knapsack`` (Knapsack RL) trains GRPO's loss on groups whose sizes the rollout allocates from the step's fixed budget
+of B x G responses: its value and dynamic program are here (`knapsack_value`, `knapsack_allocation`), its rollout in
+`openrlhf_ext.runtime_patches.knapsack`.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -54,6 +61,7 @@ __all__ = [
     "ZERO_CONTROLS",
     "STDS",
     "CopoAdvantages",
+    "Groups",
     "standardize",
     "consistency_entropy",
     "local_advantage",
@@ -74,6 +82,14 @@ __all__ = [
     "ada_pool_baseline",
     "ada_local_advantage",
     "ada_prompt_reward",
+    "KNAPSACK_MIN_N",
+    "KNAPSACK_CONFIDENCE",
+    "KNAPSACK_WINDOW",
+    "knapsack_value",
+    "knapsack_need",
+    "knapsack_dp",
+    "KnapsackAllocation",
+    "knapsack_allocation",
 ]
 
 #: Where the modes that read it (``copo``, ``go_selective``) set w_local = 0 (see `zero_controlled`).
@@ -107,17 +123,86 @@ class Defaults:
     # Reinforce-Ada's selection control (reinforce_ada_uniform): responses drawn per prompt, as a multiple of G: the
     # budget control grpo_4xg's 4 (Reinforce-Ada drew 3.75x GRPO's tokens per step in the `hard` regime)
     ada_draw_factor: int = 4
+    # Knapsack RL (arXiv 2509.25849), its script (liziniu/KnapsackRL, examples/knapsack_trainer/
+    # run_knapsack_grpo_7b.sh): MAX_N, the most responses one prompt may get in a step
+    knapsack_max_n: int = 128
 
 
 DEFAULTS = Defaults()
+
+
+class Groups:
+    """A rollout batch's prompt groups as consecutive runs of a flat [N] tensor of responses: group b is responses
+    ``starts[b] .. starts[b] + sizes[b] - 1``. The sizes may differ (any size >= 2); a batch of equal sizes G is the
+    [B, G] tensor read row by row.
+
+    Why blocks: every per-group statistic of this module is written for a [B, G] tensor, one group per row. `blocks`
+    gathers the groups of each size into such a tensor, so those same functions serve groups of any size, each with
+    its own n (its mean over its n responses, its std with divisor n or n - 1, its entropy's p = count / n), and a
+    batch of equal sizes is one block: its computation is exactly the [B, G] one."""
+
+    def __init__(self, sizes: Sequence[int]):
+        self.sizes: Tuple[int, ...] = tuple(int(s) for s in sizes)
+        if not self.sizes or min(self.sizes) < 1:
+            raise ValueError(f"group sizes must be one positive size per prompt, got {list(self.sizes)}")
+        #: [B] int64: each group's first response in the flat tensor
+        self.starts = torch.tensor((0,) + self.sizes[:-1], dtype=torch.int64).cumsum(0)
+
+    @classmethod
+    def equal(cls, n_groups: int, size: int) -> "Groups":
+        """``n_groups`` groups of ``size`` responses each: the [B, G] batch."""
+        return cls([size] * n_groups)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def n_responses(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def group_index(self) -> torch.Tensor:
+        """[N] int64: the group of each response."""
+        return torch.repeat_interleave(torch.arange(self.n_groups), torch.tensor(self.sizes))
+
+    def blocks(self) -> List[Tuple[int, torch.Tensor, torch.Tensor]]:
+        """(G, groups [B_k], responses [B_k, G]) per distinct size G, by rising size: which groups have that size
+        and, row by row, the flat positions of their responses (``flat[responses]`` is the block's [B_k, G] tensor)."""
+        out = []
+        for size in sorted(set(self.sizes)):
+            groups = torch.tensor([b for b, s in enumerate(self.sizes) if s == size], dtype=torch.int64)
+            out.append((size, groups, self.starts[groups].unsqueeze(1) + torch.arange(size)))
+        return out
+
+    def stack(self, parts: Sequence[torch.Tensor]) -> torch.Tensor:
+        """One value per block of `blocks`, in its order, put back in batch order: [B_k] parts (one value per group)
+        give [B]; [B_k, G] parts (one per response) give [N]."""
+        blocks = self.blocks()
+        if len(parts) != len(blocks):
+            raise ValueError(f"{len(parts)} parts for {len(blocks)} blocks of groups")
+        per_group = parts[0].dim() == 1
+        out = parts[0].new_empty(self.n_groups if per_group else self.n_responses)
+        for (_, groups, responses), part in zip(blocks, parts):
+            out[groups if per_group else responses] = part
+        return out
+
+    def reduce(self, fn: Callable[..., torch.Tensor], *flat: torch.Tensor) -> torch.Tensor:
+        """``fn`` of each block ([B_k, G] of every tensor of ``flat`` [N]), put back in batch order (`stack`): e.g.
+        ``groups.reduce(lambda r: r.amax(1), rewards)`` is each group's greatest reward [B]."""
+        return self.stack([fn(*(x[responses] for x in flat)) for _, _, responses in self.blocks()])
+
+    def per_response(self, values: torch.Tensor) -> torch.Tensor:
+        """[N]: each group's value [B] on every one of its responses."""
+        return torch.repeat_interleave(values, torch.tensor(self.sizes, device=values.device), dim=0)
 
 
 @dataclass
 class CopoAdvantages:
     """Everything `copo_advantages` computes for one rollout batch.
 
-    All per-response tensors are [B, G]; ``global_adv`` and ``w_*`` are constant along G where
-    the mode makes them per prompt.
+    All per-response tensors are [B, G] (flat [N] for groups given by their sizes); ``global_adv`` and ``w_*`` are
+    constant within a group where the mode makes them per prompt.
     """
 
     local_adv: torch.Tensor
@@ -172,7 +257,8 @@ def consistency_entropy(answer_ids: torch.Tensor, base: float = DEFAULTS.entropy
     ``answer_ids`` is [B, G]; equal ids mean the same final answer. Summing over responses
     instead of distinct answers gives the same value without a loop:
     H = -(1/G) sum_i log p(tau_i), since each answer tau appears count(tau) times.
-    Returns [B] in units of ``base`` (2: bits, as in the paper's appendix).
+    Returns [B] in units of ``base`` (2: bits, as in the paper's appendix). With groups of unequal size
+    (`Groups.blocks`) G is each group's own: p(tau) is the share of its own responses.
     """
     if answer_ids.dim() != 2:
         raise ValueError(f"answer_ids must be [B, G], got shape {tuple(answer_ids.shape)}")
@@ -186,21 +272,28 @@ def consistency_entropy(answer_ids: torch.Tensor, base: float = DEFAULTS.entropy
 
 
 def local_advantage(rewards: torch.Tensor, std: str = DEFAULTS.std, eps: float = DEFAULTS.eps) -> torch.Tensor:
-    """A_local = (r_i - mean_G r) / (std_G r + eps), per prompt group (eq. local_adv, GRPO)."""
+    """A_local = (r_i - mean_G r) / (std_G r + eps), per prompt group (eq. local_adv, GRPO). With groups of unequal
+    size (`Groups.blocks`), each group's mean and std are over its own responses (the std's divisor its own n or
+    n - 1)."""
     return standardize(rewards, dim=1, std=std, eps=eps)
 
 
 def global_advantage(rewards: torch.Tensor, std: str = DEFAULTS.std, eps: float = DEFAULTS.eps,
-                     prompt_reward: Optional[torch.Tensor] = None) -> torch.Tensor:
+                     prompt_reward: Optional[torch.Tensor] = None, groups: Optional[Groups] = None) -> torch.Tensor:
     """A_global(q_b) = (R(q_b) - mean_B R) / (std_B R + eps), R(q) = mean_G r (eq. g_r, eq. global_adv).
 
     Computed over every prompt of the rollout batch and shared by all G responses of q_b:
     returns [B, G] with one value per row. ``prompt_reward`` [B] replaces mean_G r where R(q) is defined
-    otherwise (the released code's `reward_coef`).
+    otherwise (the released code's `reward_coef`). With ``groups`` (`Groups`: sizes that may differ), ``rewards`` is
+    flat [N] and so is the result: R(q_b) is the mean over q_b's own responses, and mean_B, std_B run over the B
+    prompts, each counted once whatever its group's size.
     """
+    rewards = rewards.to(torch.promote_types(rewards.dtype, torch.float32))
+    if groups is None:
+        groups = Groups.equal(*rewards.shape)
     if prompt_reward is None:
-        prompt_reward = rewards.to(torch.promote_types(rewards.dtype, torch.float32)).mean(dim=1)
-    return standardize(prompt_reward, dim=0, std=std, eps=eps).unsqueeze(1).expand_as(rewards).clone()
+        prompt_reward = groups.reduce(lambda r: r.mean(dim=1), rewards.reshape(-1))
+    return groups.per_response(standardize(prompt_reward, dim=0, std=std, eps=eps)).reshape(rewards.shape)
 
 
 def blend_weights(entropy: torch.Tensor, gamma: float, rho: float) -> torch.Tensor:
@@ -216,7 +309,9 @@ def blend_weights(entropy: torch.Tensor, gamma: float, rho: float) -> torch.Tens
 
 @dataclass
 class WeightInputs:
-    """What a mode may look at, all [B, G]: the soft weight sigmoid(gamma (H - rho)), which responses are
+    """What a mode may look at, all [B, G] (one block of groups of one size, `Groups.blocks`: with groups of unequal
+    size a mode sees each size apart, so that every row-wise statistic it takes is its group's own): the soft weight
+    sigmoid(gamma (H - rho)), which responses are
     correct, which belong to an all-incorrect prompt, ``copo_advantages``'s ``zero_control``; which belong to a
     zero-variance prompt (its rewards all equal: GRPO's advantage is 0 there), the rewards, and the settings the
     modes with their own advantages read (``std``, ``eps``, ``zvp_alpha``)."""
@@ -255,7 +350,9 @@ class Mode:
     prompts and its balanced keep, or, with ``random_keep``, its selection control's one uniform draw of
     ``--copo.ada_draw_factor`` x G per prompt and G of it kept at random (`ada_random_keep`); ``global_std``: the global
     term's std where the mode takes it from another paper than its local term's (``--copo.std`` then sets the local
-    term's alone); ``prompt_reward(x)``: the mode's own R(q) [B] in place of mean_G r (eq. g_r)."""
+    term's alone); ``prompt_reward(x)``: the mode's own R(q) [B] in place of mean_G r (eq. g_r); ``budget_allocation``:
+    the rollout spreads the step's B x G responses over its prompts (Knapsack RL: `knapsack_allocation`, patch 11), so
+    that the groups differ in size (`Groups`), each response carrying its group's size (`contract.GROUP_SIZE`)."""
 
     name: str
     weights: Callable[[WeightInputs], Tuple[torch.Tensor, torch.Tensor]]
@@ -272,6 +369,7 @@ class Mode:
     global_std: Optional[str] = None
     prompt_reward: Optional[Callable[[WeightInputs], torch.Tensor]] = None
     random_keep: bool = False
+    budget_allocation: bool = False
 
     def __post_init__(self):
         if self.random_keep and not self.adaptive_sampling:
@@ -400,6 +498,8 @@ def ngrpo_local_advantage(x: WeightInputs) -> torch.Tensor:
 
         mean' = (sum_i r_i + r_max) / (G + 1),  std' = std of the G + 1 values,  A_i = (r_i - mean') / (std' + eps)
 
+    G is the group's own size (groups of unequal size: one virtual response joins each).
+
     An all-incorrect group then gets a uniform negative advantage (G = 8: -1/3 with Bessel's std); an all-correct
     group stays at 0. G = 8 with one correct: 1.764 / -0.504 (GRPO: 2.475 / -0.354), the paper's 1.76 / -0.50."""
     r = x.rewards
@@ -416,7 +516,8 @@ def ngrpo_weights(x: WeightInputs):
 
 @register_mode("dr_grpo", blended=False, estimator=False, std="none", std_fixed=True)
 def dr_grpo_weights(x: WeightInputs):
-    """Dr. GRPO (arXiv 2503.20783): A_i = r_i - mean_G r, no division by the std; the local term alone. The same
+    """Dr. GRPO (arXiv 2503.20783): A_i = r_i - mean_G r (the mean over the group's own responses), no division by
+    the std; the local term alone. The same
     advantage as OpenRLHF's own ``--advantage_estimator dr_grpo`` (which this name leaves alone), here with this
     package's metrics: ``--advantage_estimator copo --copo.mode dr_grpo``. Its loss normalizer is OpenRLHF's
     (the step's token count), not the paper's constant: docs/paper.md says what that changes."""
@@ -643,9 +744,127 @@ def reinforce_ada_uniform_weights(x: WeightInputs):
     return grpo_weights(x)
 
 
+# ---------------------------------------------------------------------------------------------
+# Knapsack RL (arXiv 2509.25849; liziniu/KnapsackRL at ca5d5f5, verl/trainer/ppo/exploration_utils.py): a step's
+# budget of B x G responses allocated over its B prompts by each prompt's value, by dynamic programming. Where this
+# differs from their code, and why, is docs/paper.md's "Knapsack RL" section.
+
+#: The fewest responses a prompt gets (their min_n): a group of fewer has no spread for GRPO's advantage. Also the
+#: size of the pilot that estimates a new prompt's success rate (`openrlhf_ext.runtime_patches.knapsack`).
+KNAPSACK_MIN_N = 2
+#: The probability of a group with both outcomes that a mixed prompt's share of the budget aims at (their alpha).
+KNAPSACK_CONFIDENCE = 0.9
+#: A prompt's success rate is the mean of its latest this many outcomes (their reward_buffer_length).
+KNAPSACK_WINDOW = 16
+
+
+def knapsack_value(n: int, p: float) -> float:
+    """Knapsack RL's value of drawing ``n`` responses for a prompt of success rate ``p`` (arXiv 2509.25849, Sec. 3):
+
+        value(n, p) = (1 - p^n - (1 - p)^n) * p (1 - p)^2
+
+    the probability that a group of n holds both outcomes (so that GRPO's gradient is not 0) times the prompt's
+    InfoGain p (1 - p)^2. 0 at p = 0 and p = 1, whatever n."""
+    return (1.0 - p ** n - (1.0 - p) ** n) * p * (1.0 - p) ** 2
+
+
+def knapsack_need(p: float, n_max: int) -> int:
+    """The responses a prompt of success rate 0 < p < 1 needs for a group with both outcomes with probability about
+    `KNAPSACK_CONFIDENCE`: their "probability" cost, ln(1 - alpha) / ln max(p, 1 - p) (the larger outcome's share
+    ^ n <= 1 - alpha), rounded up, between `KNAPSACK_MIN_N` and ``n_max``."""
+    cost = math.log(1.0 - KNAPSACK_CONFIDENCE) / math.log(max(p, 1.0 - p))
+    return min(n_max, max(KNAPSACK_MIN_N, math.ceil(cost - 1e-12)))  # 1e-12: an exact integer cost is not one more
+
+
+def knapsack_dp(rates: Sequence[float], budget: int, n_min: int, n_max: int) -> List[int]:
+    """N_i maximizing sum_i value(N_i, p_i) (`knapsack_value`) subject to sum_i N_i = ``budget`` and
+    ``n_min`` <= N_i <= ``n_max``, by dynamic programming over (prompts so far, responses so far): best[i][w], the
+    greatest value of the first i prompts given w responses beyond their minima, is the max over k = 0 .. n_max - n_min
+    of best[i - 1][w - k] + value(n_min + k, p_i); O(prompts x budget x (n_max - n_min)), each prompt's k a vector
+    operation over w. Among allocations of equal value it returns the one whose last prompts take the fewest (k rising,
+    a tie keeps the first)."""
+    import numpy as np
+
+    m, extra, most = len(rates), budget - n_min * len(rates), n_max - n_min
+    if extra < 0 or extra > most * m:
+        raise ValueError(f"a budget of {budget} responses cannot give {m} prompts {n_min} to {n_max} each")
+    best = np.full(extra + 1, -np.inf)
+    best[0] = 0.0
+    take = np.zeros((m, extra + 1), dtype=np.int64)
+    for i, p in enumerate(rates):
+        new = np.full(extra + 1, -np.inf)
+        for k in range(min(most, extra) + 1):
+            candidate = np.full(extra + 1, -np.inf)
+            candidate[k:] = best[:extra + 1 - k] + knapsack_value(n_min + k, p)
+            better = candidate > new
+            new[better], take[i][better] = candidate[better], k
+        best = new
+    sizes, w = [0] * m, extra
+    for i in range(m - 1, -1, -1):
+        sizes[i] = n_min + int(take[i][w])
+        w -= int(take[i][w])
+    return sizes
+
+
+@dataclass(frozen=True)
+class KnapsackAllocation:
+    """One step's allocation (`knapsack_allocation`): each prompt's N, in prompt order; how many prompts were mixed
+    (0 < p < 1: the dynamic program's); and the surplus, the responses beyond the minima that the mixed prompts'
+    need did not take (given to unsolved, then solved, prompts)."""
+
+    sizes: Tuple[int, ...]
+    mixed: int
+    surplus: int
+
+
+def knapsack_allocation(rates: Sequence[float], budget: int, n_max: int,
+                        n_min: int = KNAPSACK_MIN_N) -> KnapsackAllocation:
+    """Knapsack RL's allocation of ``budget`` responses (B x G: GRPO's) over prompts of success rates ``rates``:
+
+    1. every prompt gets ``n_min`` (their min_n, negative_n and positive_n: 2);
+    2. the mixed prompts (0 < p < 1) may take `knapsack_need`(p) - n_min more each (their cost estimate):
+       D = min(what the budget has left, the sum of those);
+    3. the surplus S = the rest goes evenly to the unsolved prompts (p = 0; their fallback), then evenly to the solved
+       ones (p = 1), each up to ``n_max``; what neither can take joins D;
+    4. D goes to the mixed prompts by `knapsack_dp`: the N_i of greatest sum_i value(N_i, p_i), each up to ``n_max``.
+
+    "Evenly": the same number each, the first in prompt order one more where it does not divide. sum N_i = ``budget``
+    always (n_min B <= budget <= n_max B is required)."""
+    B = len(rates)
+    if not n_min * B <= budget <= n_max * B:
+        raise ValueError(f"a budget of {budget} responses cannot give {B} prompts {n_min} to {n_max} each")
+    if any(not 0.0 <= p <= 1.0 for p in rates):
+        raise ValueError(f"success rates must lie in [0, 1], got {list(rates)}")
+    sizes = [n_min] * B
+    mixed = [b for b, p in enumerate(rates) if 0.0 < p < 1.0]
+    left = budget - n_min * B
+    mixed_share = min(left, sum(knapsack_need(rates[b], n_max) - n_min for b in mixed))
+    surplus = left - mixed_share
+    rest = surplus
+    for outcome in (0.0, 1.0):  # unsolved first: more draws are their only way to a first success
+        takers = [b for b, p in enumerate(rates) if p == outcome]
+        given = min(rest, (n_max - n_min) * len(takers))
+        for j, b in enumerate(takers):
+            sizes[b] += given // len(takers) + (j < given % len(takers))
+        rest -= given
+    for b, n in zip(mixed, knapsack_dp([rates[b] for b in mixed], n_min * len(mixed) + mixed_share + rest, n_min,
+                                       n_max)):
+        sizes[b] = n
+    return KnapsackAllocation(tuple(sizes), len(mixed), surplus)
+
+
+@register_mode("knapsack", blended=False, budget_allocation=True)
+def knapsack_weights(x: WeightInputs):
+    """Knapsack RL (arXiv 2509.25849): GRPO's loss (the local term alone, this package's GRPO std, eq. local_adv
+    over each group's own responses) on groups whose sizes the rollout allocated over the step's prompts
+    (`knapsack_allocation`), B x G responses in all, as GRPO draws."""
+    return grpo_weights(x)
+
+
 def reward_coef_prompt_reward(rewards: torch.Tensor, entropy: torch.Tensor, base: float,
                               mean: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The released code's `reward_coef`: R(q) = mean_G r * (1 - lambda H(q)), lambda = (1 - 1/G) / log2 G.
+    """The released code's `reward_coef`: R(q) = mean_G r * (1 - lambda H(q)), lambda = (1 - 1/G) / log2 G, G the
+    group's own size.
 
     With H in bits, lambda H runs from 0 (one answer) to 1 - 1/G (G different answers), so a consistent
     prompt keeps its whole mean reward and a scattered one keeps 1/G of it. H / log_base(G) is the same in
@@ -656,11 +875,49 @@ def reward_coef_prompt_reward(rewards: torch.Tensor, entropy: torch.Tensor, base
     return (rewards.mean(dim=1) if mean is None else mean) * (1.0 - (1.0 - 1.0 / G) * spread)
 
 
+class GroupTerms(NamedTuple):
+    """What `copo_advantages` computes for one block of groups of one size from their own responses alone: every term
+    but the batch statistics of eq. global_adv. Per response [B, G]: ``local_adv``, ``w_local``, ``w_global``, and
+    ``own_global_adv``, the mode's own second-term advantage (`Mode.global_advantage`; None for eq. global_adv);
+    per group [B]: ``entropy``, ``prompt_reward`` (R(q))."""
+
+    local_adv: torch.Tensor
+    w_local: torch.Tensor
+    w_global: torch.Tensor
+    own_global_adv: Optional[torch.Tensor]
+    entropy: torch.Tensor
+    prompt_reward: torch.Tensor
+
+
+def group_terms(info: Mode, rewards: torch.Tensor, answer_ids: torch.Tensor, correct: torch.Tensor,
+                pool_correct: Optional[torch.Tensor], pool_size: Optional[torch.Tensor], *, gamma: float, rho: float,
+                zero_control: str, std: str, eps: float, entropy_base: float, reward_coef: bool,
+                zvp_alpha: float) -> GroupTerms:
+    """Mode ``info``'s per-group terms (`GroupTerms`) of a [B, G] block: each group's entropy (eq. entropy), soft
+    weight (eq. weight), local advantage (eq. local_adv or the mode's own), R(q) (eq. g_r, the mode's own or
+    reward_coef's) and the mode's weights, all from the group's own responses."""
+    B, G = rewards.shape
+    entropy = consistency_entropy(answer_ids, base=entropy_base)
+    soft = blend_weights(entropy, gamma, rho).unsqueeze(1).expand(B, G)  # [B, G]
+    all_incorrect = (~correct.any(dim=1)).unsqueeze(1).expand(B, G)
+    zero_variance = (rewards.amax(dim=1) == rewards.amin(dim=1)).unsqueeze(1).expand(B, G)
+    x = WeightInputs(soft, correct, all_incorrect, zero_control, zero_variance, rewards, std, eps, zvp_alpha,
+                     pool_correct, pool_size)
+    local_adv = info.local_advantage(x) if info.local_advantage else local_advantage(rewards, std=std, eps=eps)
+    mean_reward = info.prompt_reward(x) if info.prompt_reward else rewards.mean(dim=1)
+    prompt_reward = (reward_coef_prompt_reward(rewards, entropy, entropy_base, mean=mean_reward) if reward_coef
+                     else mean_reward)
+    w_local, w_global = info.weights(x)
+    return GroupTerms(local_adv, w_local, w_global, info.global_advantage(x) if info.global_advantage else None,
+                      entropy, prompt_reward)
+
+
 def copo_advantages(
     rewards: torch.Tensor,
     answer_ids: torch.Tensor,
     correct: Optional[torch.Tensor] = None,
     *,
+    group_sizes: Optional[Sequence[int]] = None,
     mode: str = "copo",
     gamma: float = DEFAULTS.gamma,
     rho: float = DEFAULTS.rho,
@@ -677,14 +934,20 @@ def copo_advantages(
     """Local and global advantages with their blending weights for one rollout batch.
 
     Args:
-        rewards: float [B, G], the rule-based reward of each response.
-        answer_ids: int64 [B, G], equal id = same (equivalent) final answer.
-        correct: bool [B, G]; default ``rewards > 0``. Pass it when rewards are not 0/1
+        rewards: float [B, G], the rule-based reward of each response; with ``group_sizes``, float [N], the
+            groups' responses one group after another.
+        answer_ids: int64, ``rewards``' shape; equal id = same (equivalent) final answer.
+        correct: bool, ``rewards``' shape; default ``rewards > 0``. Pass it when rewards are not 0/1
             (e.g. the 0 / 0.1 / 1 format reward, where 0.1 is formatted but wrong).
+        group_sizes: the number of responses of each of the B prompts, in order, when they may differ (any size
+            >= 2; `Groups`): the per-response inputs and outputs are then flat [N]. Each group's statistics are its
+            own (its mean, std, entropy over its own responses); eq. global_adv's mean and std run over the B
+            prompts, each counted once. Equal sizes give exactly what the [B, G] call gives.
         mode: a registered mode (`modes()`; each one's docstring says what it does): ``copo`` (the paper),
             ``grpo`` (the local term alone), the ablations of Table 3, the released code's variants, the
             zero-variance peers (``ngrpo``, ``rl_zvp``, ``dr_grpo``), Reinforce-Ada (``reinforce_ada``), it with
-            COPO's global term (``reinforce_ada_copo``) and its selection control (``reinforce_ada_uniform``).
+            COPO's global term (``reinforce_ada_copo``), its selection control (``reinforce_ada_uniform``), and GRPO on
+            Knapsack RL's allocated groups (``knapsack``).
         gamma, rho: sharpness and centre of the sigmoid (paper's best: 20, 1.5).
         zero_control: for modes that read it (``mode_info(mode).zero_control``): ``prompt`` (paper),
             ``response`` and ``uniform`` (released code), ``none`` (see `zero_controlled`).
@@ -709,48 +972,57 @@ def copo_advantages(
         raise ValueError(f"mode {mode} is defined with std {info.std!r}, got {std!r}")
     if zero_control not in ZERO_CONTROLS:
         raise ValueError(f"zero_control must be one of {ZERO_CONTROLS}, got {zero_control!r}")
-    if rewards.dim() != 2:
-        raise ValueError(f"rewards must be [B, G], got shape {tuple(rewards.shape)}")
+    if group_sizes is None:
+        if rewards.dim() != 2:
+            raise ValueError(f"rewards must be [B, G], got shape {tuple(rewards.shape)}")
+        groups = Groups.equal(*rewards.shape)
+    else:
+        groups = Groups(group_sizes)
+        if rewards.dim() != 1 or rewards.numel() != groups.n_responses:
+            raise ValueError(f"rewards must be flat [N] with N = sum(group_sizes) = {groups.n_responses}, got shape "
+                             f"{tuple(rewards.shape)}")
     if answer_ids.shape != rewards.shape:
         raise ValueError(f"answer_ids shape {tuple(answer_ids.shape)} != rewards shape {tuple(rewards.shape)}")
-    B, G = rewards.shape
-    if G < 2:
-        raise ValueError(f"COPO needs at least 2 responses per prompt (G={G}): the local advantage is undefined")
+    smallest = min(groups.sizes)
+    if smallest < 2:
+        raise ValueError(f"COPO needs at least 2 responses per prompt (G={smallest}): the local advantage is "
+                         "undefined")
     rewards = rewards.to(torch.promote_types(rewards.dtype, torch.float32))
-    bad = ~torch.isfinite(rewards)
+    flat_rewards = rewards.reshape(-1)
+    bad = ~torch.isfinite(flat_rewards)
     if bad.any():
-        rows = sorted({int(r) for r in bad.nonzero()[:, 0].tolist()})
+        rows = sorted({int(r) for r in groups.group_index[bad].tolist()})
         raise ValueError(f"{int(bad.sum())} non-finite reward(s) in prompt group(s) {rows[:10]}: refusing to train on them")
     if correct is None:
         correct = rewards > 0
     elif correct.shape != rewards.shape:
         raise ValueError(f"correct shape {tuple(correct.shape)} != rewards shape {tuple(rewards.shape)}")
-    correct = correct.bool()
+    flat_answers, flat_correct = answer_ids.reshape(-1), correct.bool().reshape(-1)
 
-    entropy = consistency_entropy(answer_ids, base=entropy_base)
-    soft = blend_weights(entropy, gamma, rho).unsqueeze(1).expand(B, G)  # [B, G]
-    all_incorrect = (~correct.any(dim=1)).unsqueeze(1).expand(B, G)
-    zero_variance = (rewards.amax(dim=1) == rewards.amin(dim=1)).unsqueeze(1).expand(B, G)
-    x = WeightInputs(soft, correct, all_incorrect, zero_control, zero_variance, rewards, std, eps, zvp_alpha,
-                     pool_correct, pool_size)
+    settings = dict(gamma=gamma, rho=rho, zero_control=zero_control, std=std, eps=eps, entropy_base=entropy_base,
+                    reward_coef=reward_coef, zvp_alpha=zvp_alpha)
+    pools = [None if pool is None else pool.reshape(-1) for pool in (pool_correct, pool_size)]
+    parts = [group_terms(info, flat_rewards[responses], flat_answers[responses], flat_correct[responses],
+                         *(None if pool is None else pool[block] for pool in pools), **settings)
+             for _, block, responses in groups.blocks()]
 
-    local_adv = info.local_advantage(x) if info.local_advantage else local_advantage(rewards, std=std, eps=eps)
-    mean_reward = info.prompt_reward(x) if info.prompt_reward else rewards.mean(dim=1)
-    prompt_reward = (reward_coef_prompt_reward(rewards, entropy, entropy_base, mean=mean_reward) if reward_coef
-                     else mean_reward)
-    global_adv = (info.global_advantage(x) if info.global_advantage
-                  else global_advantage(rewards, std=info.global_std or std, eps=eps, prompt_reward=prompt_reward))
-    w_local, w_global = info.weights(x)
+    def joined(field: str) -> torch.Tensor:
+        """The blocks' ``field`` in batch order: [B] for a per-group one, ``rewards``' shape for a per-response one."""
+        values = groups.stack([getattr(part, field) for part in parts])
+        return values if field in ("entropy", "prompt_reward") else values.reshape(rewards.shape)
 
-    out = CopoAdvantages(
-        local_adv=local_adv,
+    prompt_reward = joined("prompt_reward")
+    global_adv = (joined("own_global_adv") if info.global_advantage
+                  else global_advantage(rewards, std=info.global_std or std, eps=eps, prompt_reward=prompt_reward,
+                                        groups=groups))
+    return CopoAdvantages(
+        local_adv=joined("local_adv"),
         global_adv=global_adv,
-        w_local=w_local.contiguous(),
-        w_global=(w_global * global_coef).contiguous(),
-        entropy=entropy,
+        w_local=joined("w_local"),
+        w_global=joined("w_global") * global_coef,
+        entropy=joined("entropy"),
         prompt_reward=prompt_reward,
     )
-    return out
 
 
 def rho_keeping_every_split(G: int, gamma: float = 20.0, base: float = 2.0, w_min: float = 0.99) -> float:

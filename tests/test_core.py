@@ -1,12 +1,22 @@
 """openrlhf_copo.core: the paper's worked example, an independent reading of both conventions, edge cases."""
 
+import hashlib
+import itertools
+import json
 import math
 import random
+import zlib
+from pathlib import Path
 
 import pytest
 import torch
 
 from openrlhf_copo.core import (
+    KnapsackAllocation,
+    knapsack_allocation,
+    knapsack_dp,
+    knapsack_need,
+    knapsack_value,
     mode_info,
     modes,
     consistency_entropy,
@@ -113,7 +123,7 @@ def ref_copo(rewards, answers, correct, mode, gamma, rho, zero_control, unbiased
         row_l, row_g = [], []
         for i in range(G):
             zero = {"prompt": none_right, "response": not correct[b][i], "uniform": flat, "none": False}[zero_control]
-            if mode in ("grpo", "ngrpo", "dr_grpo", "reinforce_ada", "reinforce_ada_uniform"):
+            if mode in ("grpo", "ngrpo", "dr_grpo", "reinforce_ada", "reinforce_ada_uniform", "knapsack"):
                 l, g = 1.0, 0.0
             elif mode == "go_only":
                 l, g = 0.0, 1.0
@@ -618,3 +628,230 @@ def test_a_random_keep_without_adaptive_sampling_is_refused_at_registration():
     with pytest.raises(ValueError, match="mode odd: random_keep chooses the G kept of a pool"):
         register_mode("odd", blended=False, random_keep=True)(lambda x: None)
     assert "odd" not in modes()
+
+
+# ---------------------------------------------------------------------------------------------
+# Groups of different sizes (issue 69): equal sizes give the outputs of the code before them bit for bit; unequal
+# sizes give each group's statistics over its own responses and the batch's over its prompts, checked by hand.
+
+#: The outputs `copo_advantages` gave on `equal_size_cases` before it took groups of different sizes: per case, a
+#: digest of every output tensor's dtype, shape and bytes (`outputs_digest`).
+EQUAL_GROUPS_GOLDEN = Path(__file__).parent / "fixtures" / "copo_advantages_equal_groups.json"
+OUTPUT_FIELDS = ("local_adv", "global_adv", "w_local", "w_global", "entropy", "prompt_reward")
+
+
+def equal_size_cases(core):
+    """(name, args, kwargs) of seeded random [B, G] batches for every mode of ``core``'s registry and several settings
+    each: rewards 0 / 0.1 / 1 with an all-correct and an all-incorrect group, three answers, pools for the modes
+    that sample adaptively. Each mode draws from its own seed, so that a mode registered later changes no other
+    mode's cases."""
+    cases = []
+    for mode in sorted(core.modes()):
+        info = core.mode_info(mode)
+        gen = torch.Generator().manual_seed(zlib.crc32(mode.encode()))
+        for B, G in ((5, 4), (3, 7)):
+            rewards = torch.tensor([0.0, 0.1, 1.0])[torch.randint(0, 3, (B, G), generator=gen)]
+            rewards[0], rewards[1] = 1.0, 0.0
+            answers = torch.randint(0, 3, (B, G), generator=gen)
+            correct = rewards >= 1.0
+            pool = {}
+            if info.adaptive_sampling:
+                extra = torch.randint(0, 20, (B,), generator=gen).float()
+                pool = {"pool_correct": correct.sum(1) + torch.randint(0, 5, (B,), generator=gen).float().clamp(max=extra),
+                        "pool_size": G + extra}
+            for std in [None] if info.std_fixed else [None, "unbiased"]:
+                for reward_coef in (False, True):
+                    for zc in core.ZERO_CONTROLS if info.zero_control else ["prompt"]:
+                        cases.append((f"{mode}-{B}x{G}-{std}-{int(reward_coef)}-{zc}", (rewards, answers, correct),
+                                      dict(mode=mode, std=std, reward_coef=reward_coef, zero_control=zc, gamma=5.0,
+                                           rho=1.0, **pool)))
+    return cases
+
+
+def outputs_digest(out) -> str:
+    """16 hex digits of the sha256 of every output tensor's name, dtype, shape and bytes: equal only bit for bit."""
+    h = hashlib.sha256()
+    for field in OUTPUT_FIELDS:
+        t = getattr(out, field).contiguous()
+        h.update(f"{field} {t.dtype} {tuple(t.shape)}".encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def test_equal_groups_give_the_outputs_of_the_code_before_groups_bit_for_bit():
+    import openrlhf_copo.core as core
+
+    golden = json.loads(EQUAL_GROUPS_GOLDEN.read_text())
+    if torch.__version__ != golden["torch"]:
+        pytest.skip(f"the golden digests are torch {golden['torch']}'s bytes, this is torch {torch.__version__}")
+    cases = {name: (args, kwargs) for name, args, kwargs in equal_size_cases(core)}
+    assert set(golden["digests"]) <= set(cases), "a mode of the golden file is no longer registered"
+    for name, digest in golden["digests"].items():
+        args, kwargs = cases[name]
+        assert outputs_digest(copo_advantages(*args, **kwargs)) == digest, name
+
+
+@pytest.mark.parametrize("mode", modes())
+def test_equal_sizes_given_as_group_sizes_are_the_batch_call_bit_for_bit(mode):
+    import openrlhf_copo.core as core
+
+    for name, (rewards, answers, correct), kwargs in equal_size_cases(core):
+        if kwargs["mode"] != mode:
+            continue
+        B, G = rewards.shape
+        dense = copo_advantages(rewards, answers, correct, **kwargs)
+        flat = copo_advantages(rewards.reshape(-1), answers.reshape(-1), correct.reshape(-1), group_sizes=[G] * B,
+                               **kwargs)
+        for field in OUTPUT_FIELDS:
+            expected = getattr(dense, field)
+            assert torch.equal(getattr(flat, field), expected.reshape(-1) if expected.dim() == 2 else expected), \
+                (name, field)
+
+
+@pytest.mark.parametrize("mode", modes())
+def test_each_group_of_a_mixed_batch_gets_what_its_own_size_gives(mode):
+    """Every per-group output of a batch of sizes 2, 5, 3, 5, 2 is what the [B, G] call gives for the groups of that
+    size alone: the mode saw each group with its own size. (The global advantage is the batch's: tested by hand.)"""
+    rng = torch.Generator().manual_seed(7)
+    sizes = [2, 5, 3, 5, 2]
+    rewards = torch.tensor([0.0, 0.1, 1.0])[torch.randint(0, 3, (sum(sizes),), generator=rng)]
+    answers = torch.randint(0, 3, (sum(sizes),), generator=rng)
+    pool = ({"pool_correct": torch.tensor([1.0, 3, 0, 8, 2]), "pool_size": torch.tensor([4.0, 9, 3, 20, 2])}
+            if mode_info(mode).adaptive_sampling else {})
+    out = copo_advantages(rewards, answers, rewards >= 1, group_sizes=sizes, mode=mode, gamma=5.0, rho=1.0, **pool)
+    starts = [0, 2, 7, 10, 15]
+    for size in set(sizes):
+        rows = [b for b, s in enumerate(sizes) if s == size]
+        take = torch.cat([torch.arange(starts[b], starts[b] + size) for b in rows])
+        alone = copo_advantages(rewards[take].reshape(len(rows), size), answers[take].reshape(len(rows), size),
+                                (rewards[take] >= 1).reshape(len(rows), size), mode=mode, gamma=5.0, rho=1.0,
+                                **{k: v[rows] for k, v in pool.items()})
+        for field in ("local_adv", "w_local", "w_global"):
+            assert torch.equal(getattr(out, field)[take], getattr(alone, field).reshape(-1)), (size, field)
+        assert torch.equal(out.entropy[rows], alone.entropy), size
+
+
+def test_unequal_groups_by_hand():
+    """Groups of 2, 5 and 3 responses, written out (eps 1e-6 aside):
+
+        A: rewards [1, 0],          answers [3, 4]          mean 1/2, population std 1/2, H = 1 bit
+        B: rewards [1, 1, 0, 0, 0], answers [7, 7, 7, 2, 5] mean 2/5, population std sqrt(6)/5 = 0.489898,
+                                                            H = -(0.6 log2 0.6 + 2 x 0.2 log2 0.2) = 1.370951 bits
+        C: rewards [1, 1, 1],       answers [9, 9, 9]       mean 1, std 0 (A_local exactly 0), H = 0
+
+    GRPO: A [1, -1]; B 0.6 / 0.489898 = 1.224745, -0.4 / 0.489898 = -0.816497; C 0. With the unbiased std (n - 1 of
+    the group's own n): A 0.5 / 0.707107 = 0.707107; B 0.6 / 0.547723 = 1.095445, -0.4 / 0.547723 = -0.730297.
+    COPO's global term: R = [0.5, 0.4, 1.0] over the 3 prompts (each once, whatever its size): mean 0.633333,
+    population std sqrt(((-2/15)^2 + (-7/30)^2 + (11/30)^2) / 3) = sqrt(62) / 30 = 0.262467, so A_global =
+    (R - mean) / (std + 1e-6) = -0.507999 (A), -0.888998 (B), 1.396996 (C) on every response of the group.
+    w_local = sigmoid(20 (H - 1.5)): A sigmoid(-10) = 4.5398e-5, B sigmoid(-2.580988) = 0.070373, C sigmoid(-30) =
+    9.4e-14; no group is all incorrect.
+    NGRPO (unbiased std, a virtual 1 joining each group): A [1, 0, 1]: mean 2/3, std sqrt(1/3), so 0.577350 and
+    -1.154701; C [1, 1, 1, 1] stays 0. Dr. GRPO: A [0.5, -0.5], B [0.6, 0.6, -0.4, -0.4, -0.4]."""
+    rewards = torch.tensor([1.0, 0, 1, 1, 0, 0, 0, 1, 1, 1])
+    answers = torch.tensor([3, 4, 7, 7, 7, 2, 5, 9, 9, 9])
+    sizes = [2, 5, 3]
+    atol = dict(atol=5e-6, rtol=0)  # eps 1e-6 in the std's denominator moves the values by up to 3e-6
+
+    def run(mode, **kw):
+        return copo_advantages(rewards, answers, group_sizes=sizes, mode=mode, gamma=20.0, rho=1.5, **kw)
+
+    grpo = run("grpo")
+    torch.testing.assert_close(grpo.local_adv, torch.tensor([1.0, -1, 1.224745, 1.224745, -0.816497, -0.816497,
+                                                             -0.816497, 0, 0, 0]), **atol)
+    assert grpo.local_adv[7:].tolist() == [0.0, 0.0, 0.0] and grpo.w_global.tolist() == [0.0] * 10
+    torch.testing.assert_close(run("grpo", std="unbiased").local_adv[:5],
+                               torch.tensor([0.707107, -0.707107, 1.095445, 1.095445, -0.730297]), **atol)
+    copo = run("copo")
+    torch.testing.assert_close(copo.prompt_reward, torch.tensor([0.5, 0.4, 1.0]))
+    torch.testing.assert_close(copo.global_adv, torch.tensor([-0.507999] * 2 + [-0.888998] * 5 + [1.396996] * 3),
+                               **atol)
+    torch.testing.assert_close(copo.entropy, torch.tensor([1.0, 1.370951, 0.0]), **atol)
+    torch.testing.assert_close(copo.w_local, torch.tensor([4.5398e-5] * 2 + [0.070373] * 5 + [9.4e-14] * 3),
+                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(copo.w_global, 1 - copo.w_local)
+    torch.testing.assert_close(run("ngrpo").local_adv[[0, 1, 7]], torch.tensor([0.577350, -1.154701, 0.0]), **atol)
+    assert run("dr_grpo").local_adv.tolist()[:7] == pytest.approx([0.5, -0.5, 0.6, 0.6, -0.4, -0.4, -0.4])
+
+
+def test_group_sizes_that_do_not_fit_are_refused():
+    r = torch.tensor([1.0, 0, 1, 0, 0])
+    with pytest.raises(ValueError, match=r"sum\(group_sizes\) = 6"):
+        copo_advantages(r, torch.zeros(5, dtype=torch.long), group_sizes=[2, 4])
+    with pytest.raises(ValueError, match=r"at least 2 responses per prompt \(G=1\)"):
+        copo_advantages(r, torch.zeros(5, dtype=torch.long), group_sizes=[2, 2, 1])
+    with pytest.raises(ValueError, match=r"prompt group\(s\) \[1\]"):
+        copo_advantages(torch.tensor([1.0, 0, 1, math.nan, 0]), torch.zeros(5, dtype=torch.long), group_sizes=[2, 3])
+
+
+# ---------------------------------------------------------------------------------------------
+# Knapsack RL's allocation (issue 69, item 3): value and dynamic program against values computed by hand from the
+# published formulas (arXiv 2509.25849: value(N, p) = (1 - p^N - (1 - p)^N) p (1 - p)^2; cost ln(1 - 0.9) / ln max(p,
+# 1 - p)), the dynamic program against brute force, the budget exact.
+
+def test_knapsack_value_by_hand():
+    # p = 1/2: (1 - 2 / 2^N) / 8;  p = 1/4: (1 - 4^-N - 0.75^N) x 0.25 x 0.5625 = ... x 0.140625
+    assert knapsack_value(4, 0.5) == pytest.approx(0.109375)
+    assert knapsack_value(7, 0.5) == pytest.approx(0.123046875)
+    assert knapsack_value(5, 0.25) == pytest.approx((1 - 0.25 ** 5 - 0.75 ** 5) * 0.140625)
+    assert knapsack_value(5, 0.25) == pytest.approx(0.10711670)
+    assert knapsack_value(8, 0.0) == knapsack_value(8, 1.0) == 0.0
+
+
+def test_knapsack_need_is_their_probability_cost_rounded_up():
+    # ln 0.1 / ln 0.5 = 3.32 -> 4; ln 0.1 / ln 0.75 = 8.004 -> 9; p = 0.1 and 0.9 alike: ln 0.1 / ln 0.9 = 21.85 -> 22
+    assert [knapsack_need(p, 128) for p in (0.5, 0.25, 0.75, 0.1, 0.9)] == [4, 9, 9, 22, 22]
+    assert knapsack_need(0.1, 8) == 8  # the cap
+
+
+def test_knapsack_dp_finds_the_best_allocation_of_brute_force():
+    rng = random.Random(69)
+    for _ in range(30):
+        rates = [rng.choice([rng.random(), 0.5, 0.05, 0.95]) for _ in range(rng.randint(1, 4))]
+        n_min, n_max = 2, rng.randint(2, 7)
+        budget = rng.randint(n_min * len(rates), n_max * len(rates))
+        feasible = [a for a in itertools.product(range(n_min, n_max + 1), repeat=len(rates)) if sum(a) == budget]
+        best = max(sum(knapsack_value(n, p) for n, p in zip(a, rates)) for a in feasible)
+        sizes = knapsack_dp(rates, budget, n_min, n_max)
+        assert sum(sizes) == budget and all(n_min <= n <= n_max for n in sizes)
+        assert sum(knapsack_value(n, p) for n, p in zip(sizes, rates)) == pytest.approx(best, rel=1e-12, abs=1e-15)
+
+
+def test_knapsack_allocation_by_hand():
+    """B = 4 prompts x G = 4: a budget of 16, at most 8 each. p = 0.5, 0.25, 0, 1: every prompt 2; the mixed two need
+    4 and min(8, 9) = 8 (2 + 6 more, all of the 8 left: no surplus); the 8 over p = 0.5 and 0.25 with N1 + N2 = 12:
+    value(N1, 0.5) + value(N2, 0.25) =
+        (4, 8) 0.109375 + 0.126545 = 0.235920     (5, 7) 0.117188 + 0.121845 = 0.239033
+        (6, 6) 0.121094 + 0.115563 = 0.236657     (7, 5) 0.123047 + 0.107117 = 0.230164     (8, 4) 0.219604
+    so (5, 7): [5, 7, 2, 2]."""
+    assert knapsack_allocation([0.5, 0.25, 0.0, 1.0], 16, 8) == KnapsackAllocation((5, 7, 2, 2), mixed=2, surplus=0)
+    # p = 0.5, 0, 0, 1: the mixed prompt needs 4 (2 more), the other 6 of the 8 left are the surplus, 3 to each
+    # unsolved prompt (their fallback to p = 0 prompts); the solved one keeps 2
+    assert knapsack_allocation([0.5, 0.0, 0.0, 1.0], 16, 8) == KnapsackAllocation((4, 5, 5, 2), mixed=1, surplus=6)
+    # every prompt mixed, 12 for 2 at p = 0.5: each needs 4, the 4 left have no unsolved or solved prompt to go to, so
+    # the mixed prompts take them by value: value(6) x 2 = 0.2421875 > value(5) + value(7) = 0.2402344
+    assert knapsack_allocation([0.5, 0.5], 12, 8) == KnapsackAllocation((6, 6), mixed=2, surplus=4)
+
+
+def test_knapsack_allocation_of_the_all_solved_and_all_unsolved_batches():
+    # no prompt has a value: every response beyond the minima is surplus, spread evenly, as their code's uniform n
+    assert knapsack_allocation([1.0, 1.0, 1.0], 12, 128) == KnapsackAllocation((4, 4, 4), mixed=0, surplus=6)
+    assert knapsack_allocation([0.0, 0.0, 0.0], 12, 128) == KnapsackAllocation((4, 4, 4), mixed=0, surplus=6)
+    # the unsolved take the surplus before the solved: 6 over two, 3 each; with 5 to spread over 2, the first gets 3
+    assert knapsack_allocation([1.0, 0.0, 0.0], 12, 128).sizes == (2, 5, 5)
+    assert knapsack_allocation([0.0, 1.0, 0.0], 11, 128).sizes == (5, 2, 4)
+    # the cap: 4 over one unsolved prompt capped at 4 (2 more), the other 2 to the solved one (their code: 6 and 2)
+    assert knapsack_allocation([0.0, 1.0], 8, 4).sizes == (4, 4)
+    assert knapsack_allocation([0.0, 1.0], 8, 128).sizes == (6, 2)
+
+
+def test_knapsack_allocation_spends_exactly_the_budget():
+    rng = random.Random(3)
+    for _ in range(200):
+        B, G = rng.randint(1, 12), rng.randint(2, 8)
+        rates = [rng.choice([0.0, 1.0, 0.5, rng.random()]) for _ in range(B)]
+        n_max = rng.randint(G, 3 * G)
+        sizes = knapsack_allocation(rates, B * G, n_max).sizes
+        assert sum(sizes) == B * G and all(2 <= n <= n_max for n in sizes), (rates, G, n_max, sizes)
+    with pytest.raises(ValueError, match="cannot give 2 prompts 2 to 3 each"):
+        knapsack_allocation([0.5, 0.5], 8, 3)

@@ -68,6 +68,10 @@ METHODS: Dict[str, List[str]] = {
     # minus it is what its adaptive rounds and balanced keep add beyond drawing about as much (`regimes.CONTROLS`)
     "reinforce_ada_uniform": ["--advantage_estimator", "reinforce_ada_uniform", "--actor.eps_clip_low_high", "0.2",
                               "0.28"],
+    # Knapsack RL (issue 69): GRPO's P x G responses a step, allocated over its prompts by value (a pilot of 2 each,
+    # then the rest), GRPO's advantage over each group of its own size; GRPO's clip, so that the allocation is the
+    # only difference
+    "knapsack": ["--advantage_estimator", "knapsack"],
 }
 
 

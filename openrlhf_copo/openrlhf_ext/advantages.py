@@ -4,12 +4,15 @@ OpenRLHF computes advantages once per rollout batch, on the single controller, b
 is split into mini-batches and sharded over data-parallel ranks: exactly where COPO's global
 advantage must be computed. For COPO estimators this function replaces OpenRLHF's:
 
-    rewards (+ length penalties) -> [B, G] by prompt  -> copo_advantages(...)
+    rewards (+ length penalties) -> by prompt group   -> copo_advantages(...)
     experience.advantages        = w_local * A_local   on every action token (first clipped term)
     experience.info["copo_weighted_global_adv"] = w_global * A_global  per sample  (second clipped term)
 
 The per-sample global term travels in `info`, which OpenRLHF splits, shuffles and collates with
 the samples; `openrlhf_copo.openrlhf_ext.loss` turns it into the second PolicyLoss term.
+
+A prompt's group is its --rollout.n_samples_per_prompt responses, or, where the rollout drew groups of different sizes
+(``knapsack``: every response carries `contract.GROUP_SIZE`), as many as its responses say (`batch_groups`).
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ import torch
 
 from openrlhf_copo.contract import (ADA_DRAWN, ADA_DRAWN_CORRECT, ALL_CORRECT, ALL_INCORRECT, ANSWER_ID,
                                     ANSWER_STRING_ID, CORRECT, CORRECT_PENALIZED, ENGINE_LOGPROB_ABSDIFF, ENTROPY,
-                                    GLOBAL_ADV_RAW, GLOBAL_ADV_STD, ID_LABELS, INCORRECT_REINFORCED, LOCAL_ADV,
+                                    GLOBAL_ADV_RAW, GROUP_SIZE, GLOBAL_ADV_STD, ID_LABELS, INCORRECT_REINFORCED, LOCAL_ADV,
                                     MIXED_LOCAL_LOST, NUM_ENGINES, NUM_PROMPTS, PROMPT_REWARD_MEAN, ROLLOUT_ENGINE_SEED,
                                     ROLLOUT_LOGPROB_ABSDIFF, SIGNAL_COPO, SIGNAL_GRPO, TOKEN_SURPRISAL, VERIFY_FAILED,
                                     WEIGHTED_GLOBAL_ADV, W_GLOBAL, W_LOCAL, W_LOCAL_MID, ZERO_STD, info_tensor)
-from openrlhf_copo.core import copo_advantages, mode_info
+from openrlhf_copo.core import Groups, copo_advantages, mode_info
 from openrlhf_copo.openrlhf_ext.config import CopoConfigError, copo_settings
 from openrlhf_copo.openrlhf_ext.probe_step import ProbeFinished, batch_record
 
@@ -82,23 +85,44 @@ def _info_column(experiences, key: str) -> torch.Tensor:
     return torch.cat(cols)
 
 
-def check_prompt_groups(experiences, indices: torch.Tensor, n: int) -> None:
-    """Every group of the advantage step is one prompt's n responses: the indices OpenRLHF numbered are a
-    permutation of 0..B*n-1 and the responses numbered k*n .. k*n+n-1 share their prompt. A batch that
-    arrives out of order (a rollout path that renumbers, an engine that drops a response) must stop here,
-    not mix two prompts into one group's statistics."""
+def batch_groups(experiences, indices: torch.Tensor, n: int) -> Groups:
+    """The rollout batch's prompt groups, in the order OpenRLHF numbered the responses: n responses each, or, where
+    every response carries `contract.GROUP_SIZE` (a rollout that drew groups of different sizes), the sizes those
+    give: each group's first response says how many follow it."""
+    total = int(indices.numel())
+    if not all(GROUP_SIZE in exp.info for exp in experiences):
+        if total % n != 0:
+            raise CopoConfigError(f"{total} responses is not a multiple of --rollout.n_samples_per_prompt {n}")
+        return Groups.equal(total // n, n)
+    size = torch.empty(total, dtype=torch.int64)
+    size[indices] = _info_column(experiences, GROUP_SIZE).to(torch.int64)
+    sizes, k = [], 0
+    while k < total:
+        sizes.append(int(size[k]))
+        if sizes[-1] < 1 or k + sizes[-1] > total or not bool((size[k:k + sizes[-1]] == sizes[-1]).all()):
+            raise RuntimeError(f"COPO: the rollout batch's response {k} starts a group of {sizes[-1]} "
+                               f"(info['{GROUP_SIZE}']) that its next responses do not continue")
+        k += sizes[-1]
+    return Groups(sizes)
+
+
+def check_prompt_groups(experiences, indices: torch.Tensor, groups: Groups) -> None:
+    """Every group of the advantage step is one prompt's responses: the indices OpenRLHF numbered are a
+    permutation of 0..N-1 and the responses of each group (`batch_groups`: consecutive numbers) share their prompt.
+    A batch that arrives out of order (a rollout path that renumbers, an engine that drops a response) must stop
+    here, not mix two prompts into one group's statistics."""
     total = int(indices.numel())
     if not torch.equal(torch.sort(indices).values, torch.arange(total)):
         raise RuntimeError(f"COPO: the rollout batch's response indices are not 0..{total - 1} once each")
     prompts = in_index_order(experiences, "prompts", total)
-    for k in range(total // n):
-        if len(set(prompts[k * n:(k + 1) * n])) != 1:
+    for k, (start, size) in enumerate(zip(groups.starts.tolist(), groups.sizes)):
+        if len(set(prompts[start:start + size])) != 1:
             raise RuntimeError(f"COPO: group {k} of the rollout batch holds responses to different prompts")
 
 
 def in_index_order(experiences, field: str, total: int) -> list:
-    """Each response's ``field`` (its prompt, its label) in the order OpenRLHF numbered the responses: response k * n
-    + i is the i-th of prompt k's group."""
+    """Each response's ``field`` (its prompt, its label) in the order OpenRLHF numbered the responses: each prompt's
+    group is a run of consecutive numbers (`batch_groups`)."""
     out = [None] * total
     for exp in experiences:
         for j, value in zip(exp.index, getattr(exp, field)):
@@ -125,16 +149,17 @@ def engine_metrics(experiences, train_seed: int) -> dict:
     return out
 
 
-def pool_statistics(experiences, mode: str, by_prompt) -> dict:
+def pool_statistics(experiences, mode: str, in_batch_order, groups: Groups) -> dict:
     """For a mode that samples adaptively (Reinforce-Ada), each prompt's pool statistics [B] as `copo_advantages`
-    takes them, from the info the sampling rounds (patch 11) put on every kept response; {} for any other mode."""
+    takes them, from the info the sampling rounds (patch 11) put on every kept response (its group's first
+    response's); {} for any other mode."""
     if not mode_info(mode).adaptive_sampling:
         return {}
     if not all(ADA_DRAWN in exp.info and ADA_DRAWN_CORRECT in exp.info for exp in experiences):
         raise CopoConfigError(f"mode {mode}: the responses carry no info['{ADA_DRAWN}']: its sampling rounds (run-time "
                               "patch 11, runtime_patches/adaptive_sampling.py) did not run in the rollout")
-    return {"pool_correct": by_prompt(_info_column(experiences, ADA_DRAWN_CORRECT).float())[:, 0],
-            "pool_size": by_prompt(_info_column(experiences, ADA_DRAWN).float())[:, 0]}
+    return {"pool_correct": in_batch_order(_info_column(experiences, ADA_DRAWN_CORRECT).float())[groups.starts],
+            "pool_size": in_batch_order(_info_column(experiences, ADA_DRAWN).float())[groups.starts]}
 
 
 @torch.no_grad()
@@ -158,19 +183,23 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
     exp_len = [len(exp.index) for exp in experiences]
     indices = torch.tensor(list(itertools.chain.from_iterable(exp.index for exp in experiences)))
     total = int(indices.numel())
-    if total % n != 0:
-        raise CopoConfigError(f"{total} responses is not a multiple of --rollout.n_samples_per_prompt {n}")
+    groups = batch_groups(experiences, indices, n)
 
-    def by_prompt(values: torch.Tensor) -> torch.Tensor:
+    def in_batch_order(values: torch.Tensor) -> torch.Tensor:
+        """[N] in OpenRLHF's numbering: each prompt's group a run of `groups`."""
         out = torch.empty_like(values)
         out[indices] = values
-        return out.reshape(-1, n)
+        return out
 
-    check_prompt_groups(experiences, indices, n)
-    rewards = by_prompt(torch.cat([exp.rewards.reshape(-1) for exp in experiences]))
+    def per_group(fn, *values: torch.Tensor) -> torch.Tensor:
+        """``fn`` of each group's [*, G] responses (`Groups.reduce`), on each of its responses: [N]."""
+        return groups.per_response(groups.reduce(fn, *values))
+
+    check_prompt_groups(experiences, indices, groups)
+    rewards = in_batch_order(torch.cat([exp.rewards.reshape(-1) for exp in experiences]))
     # The entropy's answer buckets (--copo.answer_buckets): equal values (ours) or equal normalized strings (the
     # released code's), both returned by the reward function.
-    answer_ids = by_prompt(_info_column(experiences, ANSWER_STRING_ID if args.copo.answer_buckets == "string"
+    answer_ids = in_batch_order(_info_column(experiences, ANSWER_STRING_ID if args.copo.answer_buckets == "string"
                                         else ANSWER_ID).to(torch.int64))
     # What "incorrect" means for zero control and the selective ablations (--copo.incorrect): a final
     # answer that is not the label's (paper), or a reward of 0 (released code). They differ under the
@@ -183,52 +212,53 @@ def copo_compute_advantages_and_returns(maker, experiences: List) -> List:
                 f"--copo.incorrect answer needs extra_logs['{CORRECT}'] from the reward function, which returned "
                 "none: return it (openrlhf_copo/rewards/math_reward.py does), or use --copo.incorrect reward to "
                 "call a response incorrect when its reward is 0")
-        correct = by_prompt(_info_column(experiences, CORRECT).float()) > 0.5
+        correct = in_batch_order(_info_column(experiences, CORRECT).float()) > 0.5
     else:
         correct = rewards > 0
 
     settings = copo_settings(args)
-    adv = copo_advantages(rewards, answer_ids, correct, **settings,
-                          **pool_statistics(experiences, settings["mode"], by_prompt))
+    adv = copo_advantages(rewards, answer_ids, correct, group_sizes=groups.sizes, **settings,
+                          **pool_statistics(experiences, settings["mode"], in_batch_order, groups))
 
-    # Per-response columns, back in experience order.
-    G = n
+    # Per-response columns, back in experience order. A per-prompt column is on each of the prompt's responses, so
+    # its step mean (OpenRLHF averages over responses) weighs a prompt by its group's size.
+    mixed = per_group(lambda r: r.amax(1) != r.amin(1), rewards)
     columns = {  # the metrics (contract.py), plus OpenRLHF's own group_reward_std
-        ENTROPY: adv.entropy.unsqueeze(1).expand(-1, G),
+        ENTROPY: groups.per_response(adv.entropy),
         W_LOCAL: adv.w_local,
         W_GLOBAL: adv.w_global,
         # Blending, not switching: responses whose prompt weighs both terms (0.05 < w_local < 0.95).
         W_LOCAL_MID: ((adv.w_local > 0.05) & (adv.w_local < 0.95)).float(),
         # Mixed groups (rewards differ, so GRPO would train on them) whose local term is gone: at G = 4 with the
         # paper's gamma and rho, every 3+1 and 2+2 answer split. Step mean / (1 - zero_std) = share of mixed groups.
-        MIXED_LOCAL_LOST: ((rewards.amax(1) != rewards.amin(1)) & (adv.w_local.amax(1) < 0.05)).unsqueeze(1)
-        .expand(-1, G).float(),
+        MIXED_LOCAL_LOST: (mixed & (per_group(lambda w: w.amax(1), adv.w_local) < 0.05)).float(),
         # Responses pushed the wrong way: an incorrect answer raised, a correct one lowered. GRPO never does either
         # (its advantage has the sign of r - mean r); COPO does in a 3+1 group trained on the global term alone.
         INCORRECT_REINFORCED: (~correct & (adv.weighted_local + adv.weighted_global > 0)).float(),
         CORRECT_PENALIZED: (correct & (adv.weighted_local + adv.weighted_global < 0)).float(),
         LOCAL_ADV: adv.local_adv,
         GLOBAL_ADV_RAW: adv.global_adv,
-        ALL_CORRECT: correct.all(1, keepdim=True).expand(-1, G).float(),
-        ALL_INCORRECT: (~correct.any(1, keepdim=True)).expand(-1, G).float(),
-        ZERO_STD: (rewards.amax(1, keepdim=True) == rewards.amin(1, keepdim=True)).expand(-1, G).float(),
+        ALL_CORRECT: per_group(lambda c: c.all(1), correct).float(),
+        ALL_INCORRECT: per_group(lambda c: ~c.any(1), correct).float(),
+        ZERO_STD: (~mixed).float(),
         # Share of responses with a non-zero gradient weight: GRPO's (A_local) versus COPO's (either term).
         SIGNAL_GRPO: (adv.local_adv != 0).float(),
         SIGNAL_COPO: adv.has_signal.float(),
-        "group_reward_std": rewards.std(1, keepdim=True).expand(-1, G),
+        "group_reward_std": per_group(lambda r: r.std(1), rewards),
     }
     if args.copo.probe:  # the first rollout batch measured: the run stops here, before any training (probe_step.py)
-        texts = {f: in_index_order(experiences, f, total)[::n] for f in ("prompts", "labels")}
-        record = batch_record(columns, rewards, correct, answer_ids, texts["prompts"], texts["labels"],
-                              copo_settings(args))
+        texts = {f: [in_index_order(experiences, f, total)[k] for k in groups.starts.tolist()]
+                 for f in ("prompts", "labels")}
+        record = batch_record(columns, groups, rewards, correct, answer_ids, texts["prompts"], texts["labels"],
+                              copo_settings(args), G=n)
         raise ProbeFinished({**record, "seed": args.train.seed})
     split = {k: v.reshape(-1)[indices].split(exp_len) for k, v in columns.items()}
     weighted_local, weighted_global = (v.reshape(-1)[indices].split(exp_len)
                                        for v in (adv.weighted_local, adv.weighted_global))
-    batch_constants = {GLOBAL_ADV_STD: adv.global_adv[:, 0].std(correction=0).item(),
+    batch_constants = {GLOBAL_ADV_STD: adv.global_adv[groups.starts].std(correction=0).item(),
                        PROMPT_REWARD_MEAN: adv.prompt_reward.mean().item(),
                        # prompts in the global statistics: the whole rollout batch, from every engine
-                       NUM_PROMPTS: float(rewards.shape[0])}
+                       NUM_PROMPTS: float(groups.n_groups)}
 
     for exp in experiences:
         if exp.rollout_log_probs is not None and exp.action_log_probs is not None:

@@ -41,28 +41,35 @@ def is_copo(args) -> bool:
 
 #: `_setting`'s ``scope``: which estimators read a setting. COPO's estimators only (given to another, it is refused:
 #: it would change nothing); any estimator; COPO's only, but it only adds to the logs (given to another: a warning);
-#: and three scopes of the modes that sample adaptively (`core.Mode.adaptive_sampling`), each refused under every mode
-#: that does not read it (`ADAPTIVE_SCOPES`): all of them (`ADAPTIVE_ONLY`), those that draw Reinforce-Ada's rounds
-#: (`ROUNDS_ONLY`), those that draw one uniform pool and keep G at random (`RANDOM_KEEP_ONLY`, `Mode.random_keep`).
+#: and the scopes of the modes that draw otherwise, each refused under every mode that does not read it
+#: (`DRAW_SCOPES`): the modes that sample adaptively (`ADAPTIVE_ONLY`, `core.Mode.adaptive_sampling`), those that draw
+#: Reinforce-Ada's rounds (`ROUNDS_ONLY`), those that draw one uniform pool and keep G at random (`RANDOM_KEEP_ONLY`,
+#: `Mode.random_keep`), and those that allocate each step's budget over its prompts (`ALLOCATION_ONLY`,
+#: `Mode.budget_allocation`: Knapsack RL's).
 COPO_ONLY, ANY_ESTIMATOR, COPO_LOGS = "copo", "any", "copo logs"
 ADAPTIVE_ONLY, ROUNDS_ONLY, RANDOM_KEEP_ONLY = "adaptive sampling", "adaptive rounds", "random keep"
-#: Each adaptive scope: which modes read it (a predicate on `core.Mode`), and how the refusal names them.
-ADAPTIVE_SCOPES = {
+ALLOCATION_ONLY = "budget allocation"
+#: Each such scope: which modes read it (a predicate on `core.Mode`), and how the refusal names them.
+DRAW_SCOPES = {
     ADAPTIVE_ONLY: (lambda info: info.adaptive_sampling, "the modes that sample adaptively"),
     ROUNDS_ONLY: (lambda info: info.adaptive_sampling and not info.random_keep,
                   "the modes that draw Reinforce-Ada's rounds"),
     RANDOM_KEEP_ONLY: (lambda info: info.random_keep, "the modes that draw one uniform pool and keep G at random"),
+    ALLOCATION_ONLY: (lambda info: info.budget_allocation,
+                      "the modes that allocate each step's budget over its prompts"),
 }
 
 
 def reads_scope(mode: str, scope: str) -> bool:
-    """Whether mode ``mode`` reads the settings of ``scope`` (every COPO mode reads those of the non-adaptive ones)."""
-    return ADAPTIVE_SCOPES[scope][0](mode_info(mode)) if scope in ADAPTIVE_SCOPES else True
+    """Whether mode ``mode`` reads the settings of ``scope`` (every COPO mode reads those of the other scopes)."""
+    return DRAW_SCOPES[scope][0](mode_info(mode)) if scope in DRAW_SCOPES else True
 
 
 def how_it_samples(mode: str) -> str:
     """How mode ``mode``'s rollout draws its groups, as a refusal of a flag it does not read says it."""
     info = mode_info(mode)
+    if info.budget_allocation:
+        return "allocates each step's B x G responses over its prompts"
     if not info.adaptive_sampling:
         return "draws G responses per prompt once"
     if info.random_keep:
@@ -73,7 +80,7 @@ def how_it_samples(mode: str) -> str:
 def _setting(default, help: str, *, choices=None, check=None, core=False, resume=False, kind=None, scope=COPO_ONLY):
     """One `--copo.<name>` setting: ``check`` is (predicate, what the value must be); ``core``: a keyword of
     `core.copo_advantages`; ``resume``: a resumed run must keep it (it changes the training math); ``scope``: which
-    estimators read it (`COPO_ONLY`, `ANY_ESTIMATOR`, `COPO_LOGS`, or one of `ADAPTIVE_SCOPES`). ``choices`` may be a
+    estimators read it (`COPO_ONLY`, `ANY_ESTIMATOR`, `COPO_LOGS`, or one of `DRAW_SCOPES`). ``choices`` may be a
     function, called when the parser is built (the registry's modes)."""
     return field(default=default, metadata=dict(help=help, choices=choices, check=check, core=core,
                                                 resume=resume or core, kind=kind or type(default), scope=scope))
@@ -229,6 +236,11 @@ class CopoSettings:
         help="mode reinforce_ada_uniform (Reinforce-Ada's selection control): responses drawn per "
              "prompt, as a multiple of G, all of them (the normal rollout's G, then one round of the "
              "rest); G of them are kept at random (4: the budget control grpo_4xg's draw)")
+    knapsack_max_n: int = _setting(
+        DEFAULTS.knapsack_max_n, check=(lambda v: v >= 2, "must be >= 2"), resume=True, scope=ALLOCATION_ONLY,
+        help="mode knapsack: the most responses one prompt may get in a step, of the step's "
+             "--rollout.batch_size x --rollout.n_samples_per_prompt (Knapsack RL's max_n: 128 in its script); at "
+             "least --rollout.n_samples_per_prompt")
 
     @classmethod
     def from_args(cls, args) -> "CopoSettings":
@@ -350,14 +362,14 @@ def copo_problems(args) -> List[str]:
         return [f"{flag} is read by COPO's estimators only, and --advantage_estimator {estimator} is OpenRLHF's own, "
                 f"which would ignore it: drop it, or run one of COPO's estimators (GRPO through COPO's path: "
                 f"--advantage_estimator copo --copo.mode grpo)"
-                for flag in _given(args, (COPO_ONLY, *ADAPTIVE_SCOPES))] + eval_flag_problems(args)
+                for flag in _given(args, (COPO_ONLY, *DRAW_SCOPES))] + eval_flag_problems(args)
     problems = eval_flag_problems(args)
     try:
         info = mode_info(resolve_mode(args))
     except CopoConfigError as e:
         problems.append(str(e))
         info = None
-    for scope, (reads, readers) in ADAPTIVE_SCOPES.items():
+    for scope, (reads, readers) in DRAW_SCOPES.items():
         if info is not None and not reads(info):
             named = ", ".join(m for m in modes() if reads(mode_info(m)))
             problems += [f"{flag} is read by {readers} ({named}) only, and mode {info.name} "
@@ -373,6 +385,10 @@ def copo_problems(args) -> List[str]:
     if info is not None and reads_scope(info.name, ROUNDS_ONLY) and args.copo.ada_budget < n:
         problems.append(f"--copo.ada_budget {args.copo.ada_budget} < --rollout.n_samples_per_prompt {n}: mode "
                         f"{info.name} draws the normal rollout's {n} responses per prompt first; give a budget >= {n}")
+    if info is not None and info.budget_allocation and args.copo.knapsack_max_n < n:
+        problems.append(f"--copo.knapsack_max_n {args.copo.knapsack_max_n} < --rollout.n_samples_per_prompt {n}: mode "
+                        f"{info.name} spreads {n} responses per prompt on average over the step's prompts, which a "
+                        f"cap below {n} cannot place; give a cap >= {n}")
     if n < 2:
         problems.append(f"--rollout.n_samples_per_prompt {n}: COPO needs at least 2 responses per prompt "
                         "(its local advantage and consistency entropy are per-prompt group statistics)")
@@ -384,6 +400,11 @@ def copo_problems(args) -> List[str]:
                         "into the reward, where COPO would scale it by w_local: add --algo.kl.use_loss (the paper's "
                         "KL loss) or set --algo.kl.init_coef 0")
     generate = getattr(args.rollout, "vllm_generate_batch_size", None)
+    if info is not None and info.budget_allocation and generate and generate != args.rollout.batch_size:
+        problems.append(f"--rollout.vllm_generate_batch_size {generate} != --rollout.batch_size "
+                        f"{args.rollout.batch_size}: mode {info.name} allocates one step's responses over the prompts "
+                        f"drawn together, and OpenRLHF would cut a rollout of another size into steps of "
+                        f"{args.rollout.batch_size} x n responses across its groups: leave it unset")
     if generate and generate < args.rollout.batch_size:
         problems.append(f"--rollout.vllm_generate_batch_size {generate} < --rollout.batch_size {args.rollout.batch_size}: "
                         f"OpenRLHF then trains each step on {generate} prompts, so COPO's global advantage would span "

@@ -48,17 +48,20 @@ def answer_split(answer_ids: Sequence[int]) -> List[int]:
 GROUP_COLUMNS = (ZERO_STD, ALL_CORRECT, ALL_INCORRECT, ENTROPY, W_LOCAL, MIXED_LOCAL_LOST)
 
 
-def batch_record(columns: Dict[str, "object"], rewards, correct, answer_ids, prompts: List[str], labels: List[str],
-                 settings: dict) -> dict:
-    """What the probe keeps of a rollout batch, from the advantage step's own [B, G] tensors: per group its prompt,
-    label, rewards, correctness, answer split and its columns (`GROUP_COLUMNS`); for the batch, every column's mean
-    over its responses (what the step's log shows: OpenRLHF averages them over the responses) and the settings."""
-    groups = []
-    for b in range(rewards.shape[0]):
-        groups.append({"prompt": prompts[b], "label": labels[b], "rewards": rewards[b].tolist(),
-                       "correct": [bool(c) for c in correct[b].tolist()],
-                       "split": answer_split(answer_ids[b].tolist()),
-                       **{k: columns[k][b].float().mean().item() for k in GROUP_COLUMNS}})
+def batch_record(columns: Dict[str, "object"], groups, rewards, correct, answer_ids, prompts: List[str],
+                 labels: List[str], settings: dict, G: int) -> dict:
+    """What the probe keeps of a rollout batch, from the advantage step's own flat [N] tensors and their prompt
+    groups (`core.Groups`): per group its prompt, label, rewards, correctness, answer split and its columns
+    (`GROUP_COLUMNS`); for the batch, every column's mean over its responses (what the step's log shows: OpenRLHF
+    averages them over the responses), the run's G (--rollout.n_samples_per_prompt; a group's own size is its
+    number of rewards) and the settings."""
+    records = []
+    for b, (start, size) in enumerate(zip(groups.starts.tolist(), groups.sizes)):
+        group = slice(start, start + size)
+        records.append({"prompt": prompts[b], "label": labels[b], "rewards": rewards[group].tolist(),
+                        "correct": [bool(c) for c in correct[group].tolist()],
+                        "split": answer_split(answer_ids[group].tolist()),
+                        **{k: columns[k][group].float().mean().item() for k in GROUP_COLUMNS}})
     metrics = {k: v.float().mean().item() for k, v in columns.items()}
     metrics[CORRECT] = correct.float().mean().item()
-    return {"groups": groups, "metrics": metrics, "G": int(rewards.shape[1]), "settings": settings}
+    return {"groups": records, "metrics": metrics, "G": int(G), "settings": settings}

@@ -82,7 +82,7 @@ def test_copo_help_lists_every_copo_flag_of_the_parser_without_importing_openrlh
     flat = " ".join(text.split())
     assert "(paper's best: 20; released script: 5) (default: 20.0)" in flat
     assert ", ".join(copo_estimators()) in flat
-    assert "--rollout.n_samples_per_prompt" not in text  # OpenRLHF's flags: --help
+    assert not re.search(r"^  --(?!copo\.|advantage_estimator )", text, flags=re.M)  # OpenRLHF's: --help
 
 
 def test_paper_defaults(load_args):
@@ -429,6 +429,21 @@ def test_reinforce_ada_resumes_only_with_its_sampling_settings(load_args, tmp_pa
     check_resume_settings(load_args(argv))  # same settings: resumes
     with pytest.raises(CopoConfigError, match="ada_exit: 'balanced' -> 'positive_focused'"):
         check_resume_settings(load_args(argv + ["--copo.ada_exit", "positive_focused"]))
+
+
+def test_knapsack_resumes_only_with_its_cap_and_refuses_a_rollout_cut_across_its_groups(load_args, capsys):
+    """--copo.knapsack_max_n changes the allocation: kept in knapsack's resume record, not in another mode's. A
+    --rollout.vllm_generate_batch_size other than the rollout batch would have OpenRLHF cut one rollout of groups of
+    different sizes into steps of batch x n responses: refused in one line."""
+    from openrlhf_copo.openrlhf_ext.config import resume_record
+
+    record = resume_record(load_args(copo_argv("--advantage_estimator", "knapsack", "--copo.knapsack_max_n", "16")))
+    assert record["knapsack_max_n"] == 16 and record["mode"] == "knapsack" and "gamma" not in record
+    assert "knapsack_max_n" not in resume_record(load_args(copo_argv()))
+    with pytest.raises(SystemExit):
+        load_args(copo_argv("--advantage_estimator", "knapsack", "--rollout.vllm_generate_batch_size", "8"))
+    assert ("--rollout.vllm_generate_batch_size 8 != --rollout.batch_size 4: mode knapsack allocates one step's "
+            "responses over the prompts drawn together") in capsys.readouterr().err
 
 
 def test_copos_checks_see_the_arguments_openrlhf_hands_to_train(load_args, monkeypatch):

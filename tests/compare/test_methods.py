@@ -60,3 +60,25 @@ def test_grpo_4xg_is_grpos_run_drawing_4g_per_prompt_in_one_optimizer_step(load_
     assert a.train.micro_batch_size == 12  # responses per micro-batch: the same as GRPO's
     assert a.actor.adam.lr == load_args(grpo).actor.adam.lr
     assert compare.samples_per_prompt(s, "grpo_4xg") == 24 and compare.samples_per_prompt(s, "grpo") == 6
+
+
+def test_knapsack_runs_grpos_budget_and_clip_with_its_allocation(load_args, tmp_path):
+    """`knapsack` through the tool: the mode that allocates its budget (run-time patch 11), GRPO's G, train batch and
+    clip, a plan at GRPO's cost (it draws P x G a step, as GRPO), and its cap refused below G."""
+    from openrlhf_copo.openrlhf_ext.config import copo_problems
+    from openrlhf_copo.openrlhf_ext.runtime_patches import ADAPTIVE_SAMPLING_PATCH, patches_for
+
+    s = setting(tmp_path, samples_per_prompt=6, prompts_per_step=8, steps=3)
+    run = tmp_path / "run"
+    knapsack = compare.run_argv(s, "knapsack", 0, run, tmp_path / "train.jsonl", step0=False)
+    grpo = compare.run_argv(s, "grpo", 0, run, tmp_path / "train.jsonl", step0=False)
+    a, g = load_args(knapsack), load_args(grpo)
+    assert a.algo.advantage.estimator == "knapsack" and ADAPTIVE_SAMPLING_PATCH in patches_for(a)
+    assert ADAPTIVE_SAMPLING_PATCH not in patches_for(g)
+    assert (a.rollout.batch_size, a.rollout.n_samples_per_prompt, a.train.batch_size) == (8, 6, 48)
+    assert tuple(a.actor.eps_clip_low_high) == tuple(g.actor.eps_clip_low_high)
+    assert compare.sampling_budget("knapsack", []) is None and copo_problems(a) == []
+    a.copo.knapsack_max_n, g.copo.knapsack_max_n = 5, 12
+    assert copo_problems(a)[0].startswith("--copo.knapsack_max_n 5 < --rollout.n_samples_per_prompt 6: mode knapsack")
+    assert copo_problems(g)[0].startswith("--copo.knapsack_max_n 12 is read by the modes that allocate each step's "
+                                          "budget over its prompts (knapsack) only")

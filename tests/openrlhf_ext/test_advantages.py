@@ -5,6 +5,7 @@ import torch
 
 from openrlhf.utils.deepspeed import DeepspeedStrategy
 
+from openrlhf_copo.contract import GROUP_SIZE
 from openrlhf_copo.core import copo_advantages
 from openrlhf_copo.openrlhf_ext.config import CopoConfigError
 from tests_support import copo_argv, experience_maker, make_rollout
@@ -321,3 +322,96 @@ def test_under_probe_the_step_stops_with_the_batch_it_would_have_trained_on(load
             logged = torch.cat([e.info[key].float() for e in experiences]).mean().item()
             assert value == pytest.approx(logged, abs=1e-6), key
     assert record["metrics"]["copo_zero_std"] == pytest.approx(2 / 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Groups of different sizes (issue 69; `knapsack` draws them): each response says its group's size
+# (contract.GROUP_SIZE), and the groups' statistics are their own.
+
+# groups of 2, 5 and 3 responses: mixed, mixed (3 answers), all correct (one answer); tests/test_core.py's by-hand case
+RAGGED_REWARDS = [[1, 0], [1, 1, 0, 0, 0], [1, 1, 1]]
+RAGGED_IDS = [[3, 4], [7, 7, 7, 2, 5], [9, 9, 9]]
+
+
+def ragged_experiences(args, micro_batch=4, sizes=None):
+    """The ragged batch as OpenRLHF's maker splits it (micro-batches of 4 cut across the groups), each response
+    tagged with its group's size as the knapsack rollout tags it (``sizes``: the tags, one per group)."""
+    args.rollout.micro_batch_size = micro_batch
+    maker = maker_for(args)
+    samples = make_rollout(RAGGED_REWARDS, RAGGED_IDS)
+    tags = [s for s, row in zip(sizes or [len(r) for r in RAGGED_REWARDS], RAGGED_REWARDS) for _ in row]
+    for sample, tag in zip(samples, tags):
+        sample.info[GROUP_SIZE] = torch.tensor([float(tag)])
+    experiences = maker.split_rollout_samples(samples)
+    for exp in experiences:
+        exp.action_log_probs = torch.zeros_like(exp.action_mask, dtype=torch.float32)
+    return maker, experiences
+
+
+def flat_column(experiences, fn):
+    out = torch.empty(sum(len(e.index) for e in experiences))
+    for exp in experiences:
+        out[torch.tensor(exp.index)] = fn(exp).float()
+    return out
+
+
+@pytest.mark.parametrize("mode", ["copo", "grpo"])
+def test_groups_of_different_sizes_train_with_their_own_statistics(load_args, mode):
+    """GRPO's advantages of the 2-, 5- and 3-response groups by hand (tests/test_core.py, test_unequal_groups_by_hand:
+    1, -1 | 1.224745 x 2, -0.816497 x 3 | 0 x 3); COPO's global term over the 3 prompts; each per-prompt column on
+    each of its group's responses; the size tag dropped like an id."""
+    maker, experiences = ragged_experiences(load_args(copo_argv("--copo.mode", mode)))
+    experiences = maker.compute_advantages_and_returns(experiences)
+    expected = copo_advantages(torch.tensor([1.0, 0, 1, 1, 0, 0, 0, 1, 1, 1]),
+                               torch.tensor([3, 4, 7, 7, 7, 2, 5, 9, 9, 9]), group_sizes=[2, 5, 3], mode=mode)
+    local = flat_column(experiences, token_value)
+    torch.testing.assert_close(local, expected.weighted_local)
+    torch.testing.assert_close(flat_column(experiences, lambda e: e.info["copo_weighted_global_adv"]),
+                               expected.weighted_global)
+    if mode == "grpo":
+        torch.testing.assert_close(local, torch.tensor([1.0, -1, 1.224745, 1.224745, -0.816497, -0.816497,
+                                                        -0.816497, 0, 0, 0]), atol=5e-6, rtol=0)
+    else:
+        torch.testing.assert_close(flat_column(experiences, lambda e: e.info["copo_global_adv_raw"]),
+                                   torch.tensor([-0.507999] * 2 + [-0.888998] * 5 + [1.396996] * 3), atol=5e-6,
+                                   rtol=0)
+    assert flat_column(experiences, lambda e: e.info["copo_zero_std"]).tolist() == [0.0] * 7 + [1.0] * 3
+    assert flat_column(experiences, lambda e: e.info["copo_all_correct"]).tolist() == [0.0] * 7 + [1.0] * 3
+    torch.testing.assert_close(flat_column(experiences, lambda e: e.info["copo_entropy"]),
+                               torch.tensor([1.0] * 2 + [1.370951] * 5 + [0.0] * 3), atol=1e-5, rtol=0)
+    std = flat_column(experiences, lambda e: e.info["group_reward_std"])  # OpenRLHF's, unbiased: each group's own n
+    torch.testing.assert_close(std, torch.tensor([0.707107] * 2 + [0.547723] * 5 + [0.0] * 3), atol=1e-5, rtol=0)
+    info = experiences[0].info
+    assert info["copo_num_prompts"].tolist() == [3.0] * len(experiences[0].index)
+    # the std of A_global over the 3 prompts (computed, and weighted 0, under grpo): 1 up to eps
+    assert info["copo_global_adv_std"][0].item() == pytest.approx(0.999996, abs=1e-5)
+    assert all(GROUP_SIZE not in e.info for e in experiences)
+
+
+def test_a_size_tag_that_its_group_does_not_continue_is_refused(load_args):
+    """Prompt 1's 5 responses say 4: responses 2-5 read as a group of 4, and response 6 (prompt 1's last) as the start
+    of another group of 4 that prompt 2's responses, tagged 3, do not continue: the batch's groups cannot be read."""
+    maker, experiences = ragged_experiences(load_args(copo_argv()), sizes=[2, 4, 3])
+    with pytest.raises(RuntimeError, match=r"response 6 starts a group of 4 \(info\['copo_group_size'\]\)"):
+        maker.compute_advantages_and_returns(experiences)
+
+
+def test_a_group_of_different_size_mixing_two_prompts_is_refused(load_args):
+    maker, experiences = ragged_experiences(load_args(copo_argv()), micro_batch=1)
+    a, b = experiences[1], experiences[2]  # the second response of prompt 0 and the first of prompt 1
+    a.index, b.index = b.index, a.index
+    a.info[GROUP_SIZE], b.info[GROUP_SIZE] = b.info[GROUP_SIZE], a.info[GROUP_SIZE]
+    with pytest.raises(RuntimeError, match="group 0 of the rollout batch holds responses to different prompts"):
+        maker.compute_advantages_and_returns(experiences)
+
+
+def test_under_probe_groups_of_different_sizes_are_recorded_with_their_own_responses(load_args):
+    from openrlhf_copo.openrlhf_ext.probe_step import ProbeFinished, finished_record
+
+    maker, experiences = ragged_experiences(load_args(copo_argv("--copo.probe", "unused.json")))
+    with pytest.raises(ProbeFinished) as stopped:
+        maker.compute_advantages_and_returns(experiences)
+    record = finished_record(stopped.value)
+    assert [g["rewards"] for g in record["groups"]] == [[1.0, 0.0], [1.0, 1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
+    assert [g["split"] for g in record["groups"]] == [[1, 1], [3, 1, 1], [3]]
+    assert [g["copo_zero_std"] for g in record["groups"]] == [0.0, 0.0, 1.0]

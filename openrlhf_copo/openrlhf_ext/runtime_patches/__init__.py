@@ -18,12 +18,13 @@ patch  module         what it changes in OpenRLHF 0.11.2                  why
  8     evaluation     SamplesGenerator.generate_eval_samples              held-out prompts in one vLLM call per pass
  9     rollout        SamplesGenerator._dispatch_prompts_to_vllm          the tokenizer travels as its path
 10     prompt_order   prepare_datasets                                    the prompts' order comes from --train.seed
-11     adaptive_sampling SamplesGenerator._generate_vllm                  Reinforce-Ada's sampling rounds (reinforce_ada, its kin)
+11     adaptive_sampling SamplesGenerator._generate_vllm                  Reinforce-Ada's sampling rounds (reinforce_ada, its kin);
+       (+ knapsack)                                                        Knapsack RL's pilot and allocation (knapsack)
 
-Patches 1-3 make COPO; 4-10 serve logging, evaluation, rollout speed and reproducibility; 11 is Reinforce-Ada's
-rollout. Which of them a run's workers install is the driver's decision (`patches_for`, handed to the workers in
+Patches 1-3 make COPO; 4-10 serve logging, evaluation, rollout speed and reproducibility; 11 is the rollout of the
+modes that draw more than one round (Reinforce-Ada's rounds, Knapsack RL's allocation). Which of them a run's workers install is the driver's decision (`patches_for`, handed to the workers in
 `contract.PATCHES_ENV`): a COPO run gets all ten (and 11 under a mode that samples adaptively,
-`core.Mode.adaptive_sampling`); a run of any other estimator gets OpenRLHF's own functions wherever a patch would change what it
+`core.Mode.adaptive_sampling`, or that allocates its budget, `core.Mode.budget_allocation`); a run of any other estimator gets OpenRLHF's own functions wherever a patch would change what it
 does, and only the patches that add to its logs (1: our reward's id labels out of the logs; 5: mean@k, maj@k; 7:
 each response's engine, as a label) unless a `--copo.*` flag asks for one (`--copo.same_pipeline`: all of 4-10, so
 that a baseline runs through the same pipeline as the COPO run it is compared with). `versions` holds the openrlhf
@@ -45,8 +46,8 @@ import os
 from typing import FrozenSet
 
 from openrlhf_copo.contract import PATCHES_ENV, ROLLOUT_SEED_ENV
-from openrlhf_copo.openrlhf_ext.runtime_patches import (adaptive_sampling, evaluation, metrics_file, prompt_order,
-                                                        rollout)
+from openrlhf_copo.openrlhf_ext.runtime_patches import (adaptive_sampling, evaluation, knapsack, metrics_file,
+                                                        prompt_order, rollout)
 from openrlhf_copo.openrlhf_ext.runtime_patches.copo import (after_training_step, apply, before_training_step,
                                                      copo_advantages_or_none, is_applied, patch_experience_maker,
                                                      patch_ppo_actor, probe_experience_batch, probing,
@@ -69,7 +70,8 @@ __all__ = [
 
 
 ALL_PATCHES: FrozenSet[int] = frozenset(range(1, 12))
-#: Reinforce-Ada's sampling rounds: installed only for a mode that samples adaptively.
+#: Reinforce-Ada's sampling rounds and Knapsack RL's allocation: installed only for a mode that samples adaptively or
+#: allocates its budget.
 ADAPTIVE_SAMPLING_PATCH = 11
 #: What a run of a non-COPO estimator gets with no `--copo.*` flag: the patches that only add to its logs.
 LOG_ONLY_PATCHES: FrozenSet[int] = frozenset({1, 5, 7})
@@ -86,7 +88,8 @@ def patches_for(args) -> FrozenSet[int]:
 
     copo = args.copo
     if is_copo(args):
-        return ALL_PATCHES if adaptive_sampling.samples_adaptively(args) else ALL_PATCHES - {ADAPTIVE_SAMPLING_PATCH}
+        rounds = adaptive_sampling.samples_adaptively(args) or knapsack.allocates_budget(args)
+        return ALL_PATCHES if rounds else ALL_PATCHES - {ADAPTIVE_SAMPLING_PATCH}
     if copo.same_pipeline:
         return LOG_ONLY_PATCHES | {4, 6, 8, 9, 10}
     wanted = set(LOG_ONLY_PATCHES)

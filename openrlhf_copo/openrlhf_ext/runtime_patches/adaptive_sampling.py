@@ -32,7 +32,9 @@ declares its range (`preflight.check_ada_threshold`).
 
 The official code (RLHFlow/Reinforce-Ada, verl/trainer/ppo/ray_trainer.py `_generate_multi_round_adaptive_downsampling`)
 draws round_repeat responses in its first round too; here the first round is the normal rollout's G, so that the
-first round is GRPO's (with G = round size the two are the same). Evaluation and every other mode call the original.
+first round is GRPO's (with G = round size the two are the same). Under a mode that allocates its budget
+(``knapsack``) the patch hands the training rollout to `knapsack.generate`, which draws through `draw_round` too.
+Evaluation and every other mode call the original.
 """
 
 from __future__ import annotations
@@ -144,25 +146,25 @@ class Pool:
         return [self.kept[i][0] for i in ada_select([c for _, c in self.kept], self.G, self.correct, self.incorrect)]
 
 
-def first_round_groups(experiences: List, G: int) -> List[List]:
-    """The first round's responses in runs of G that share a prompt: OpenRLHF's `_generate_vllm` appends each
-    prompt's G responses together (one engine call per prompt)."""
-    if len(experiences) % G:
-        raise RuntimeError(f"reinforce_ada: {len(experiences)} responses in the first round, not a multiple of G = {G}")
-    groups = [experiences[k:k + G] for k in range(0, len(experiences), G)]
-    for k, group in enumerate(groups):
-        if len({(e.prompts[0], e.labels[0]) for e in group}) != 1:
-            raise RuntimeError(f"reinforce_ada: the first round's group {k} holds responses to different prompts")
-    return groups
+def responses_by_prompt(experiences: List, n: int, what: str = "reinforce_ada: the first round") -> List[List]:
+    """A round's responses as one run of n per prompt: OpenRLHF's `_generate_vllm` appends each prompt's n responses
+    together (one engine call per prompt), so they come in runs of n that share a prompt. ``what`` names the round in
+    the errors."""
+    if len(experiences) % n:
+        raise RuntimeError(f"{what}: {len(experiences)} responses, not a multiple of G = {n}")
+    runs = [experiences[k:k + n] for k in range(0, len(experiences), n)]
+    for k, run in enumerate(runs):
+        if len({(e.prompts[0], e.labels[0]) for e in run}) != 1:
+            raise RuntimeError(f"{what}: group {k} holds responses to different prompts")
+    return runs
 
 
 def pools_by_prompt(experiences: List, G: int, threshold: float,
                     chosen: Optional[List[Sequence[int]]] = None) -> List[Pool]:
-    """The first round's responses as one pool per prompt (`first_round_groups`); ``chosen``: per prompt, the draw
+    """The first round's responses as one pool per prompt (`responses_by_prompt`); ``chosen``: per prompt, the draw
     indices its random keep takes (Reinforce-Ada's balanced keep without it)."""
-    groups = first_round_groups(experiences, G)
     pools = []
-    for k, group in enumerate(groups):
+    for k, group in enumerate(responses_by_prompt(experiences, G)):
         pool = Pool(group[0], G, threshold, None if chosen is None else chosen[k])
         for e in group:
             pool.add(e)
@@ -184,9 +186,11 @@ def open_prompts(pools: List[Pool], G: int, settings, pool_size: Optional[int] =
     return wanted
 
 
-def draw_round(generator, pools: List[Pool], wanted: Dict[int, int], generate_kwargs) -> None:
+def draw_round(generator, pools: List, wanted: Dict[int, int], generate_kwargs) -> None:
     """One more round: ``wanted[k]`` responses for pool k, through OpenRLHF's dispatch (one call per round size, so
-    the engines get every request of the round at once), added to each pool in draw order."""
+    the engines get every request of the round at once), added to each pool in draw order. A pool is anything with
+    the ``prompt``, ``label`` and ``image`` to send and an ``add(experience)``: a `Pool`, or a group of Knapsack RL's
+    (`knapsack.Group`)."""
     import ray
 
     by_size = defaultdict(list)
@@ -241,7 +245,7 @@ def first_draw_indices(generator, prompts: List, G: int, pool_size: int) -> List
 def random_keeps(generator, experiences: List, G: int, pool_size: int) -> List[List[int]]:
     """Per first-round group, the draw indices (0 .. ``pool_size`` - 1 within its pool) of the G its random keep
     trains on (`core.ada_random_keep`, seeded by `keep_seed`)."""
-    prompts = [group[0].prompts[0] for group in first_round_groups(experiences, G)]
+    prompts = [group[0].prompts[0] for group in responses_by_prompt(experiences, G)]
     run_seed = generator.args.train.seed
     return [ada_random_keep(pool_size, G, keep_seed(run_seed, prompt, draw))
             for prompt, draw in zip(prompts, first_draw_indices(generator, prompts, G, pool_size))]
@@ -318,8 +322,10 @@ def resample(generator, experiences: List, generate_kwargs, mode: Mode) -> List:
 
 def apply_adaptive_sampling() -> None:
     """Patch 11, in the PPOTrainer actor: `SamplesGenerator._generate_vllm` draws Reinforce-Ada's rounds (or its
-    selection control's one round) for the training rollout of an adaptive mode; the evaluation's calls (another
-    prompt iterator) and every other mode get the original's result unchanged."""
+    selection control's one round) for the training rollout of an adaptive mode, and Knapsack RL's pilot and
+    allocation for a mode that allocates its budget (`knapsack.generate`); the evaluation's calls (another prompt
+    iterator) and every other mode get the original's result unchanged."""
+    from openrlhf_copo.openrlhf_ext.runtime_patches import knapsack
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
     original = SamplesGenerator._generate_vllm
@@ -331,9 +337,11 @@ def apply_adaptive_sampling() -> None:
 
     @functools.wraps(original)
     def _generate_vllm(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs):
+        training = dataloader_iter is getattr(self, "_dataloader_iter", None)
+        if training and knapsack.allocates_budget(self.args):
+            return knapsack.generate(self, original, dataloader_iter, num_prompts, dynamic_filtering, generate_kwargs)
         experiences, consumed, exhausted = original(self, dataloader_iter, num_prompts, dynamic_filtering,
                                                     **generate_kwargs)
-        training = dataloader_iter is getattr(self, "_dataloader_iter", None)
         mode = adaptive_mode(self.args) if training and experiences else None
         if mode is not None:
             experiences = resample(self, experiences, generate_kwargs, mode)

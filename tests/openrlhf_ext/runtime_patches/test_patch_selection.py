@@ -19,6 +19,7 @@ from tests_support import copo_argv
     (["--advantage_estimator", "reinforce_ada"], set(range(1, 12))),  # and them for the mode that samples adaptively
     (["--advantage_estimator", "reinforce_ada_copo"], set(range(1, 12))),  # and with COPO's global term
     (["--advantage_estimator", "reinforce_ada_uniform"], set(range(1, 12))),  # and its selection control
+    (["--advantage_estimator", "knapsack"], set(range(1, 12))),  # and for the mode that allocates its budget
     (["--advantage_estimator", "group_norm"], {1, 5, 7}),  # a baseline: the log-only patches alone
     (["--advantage_estimator", "group_norm", "--copo.same_pipeline"], {1, 4, 5, 6, 7, 8, 9, 10}),
     (["--advantage_estimator", "group_norm", "--copo.metrics_file", "m.jsonl"], {1, 4, 5, 7}),
