@@ -45,9 +45,10 @@ from openrlhf_copo import compare
 from openrlhf_copo.processes import Stopped
 
 
-class _Help(argparse.ArgumentDefaultsHelpFormatter):
+class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """--help with each flag's default: argparse's, but where a flag's help says its default in words (a default
-    resolved when running, such as --methods), that text alone."""
+    resolved when running, such as --methods), that text alone; the methods' list after the flags kept line by
+    line."""
 
     def _get_help_string(self, action):
         return action.help if "default:" in (action.help or "") else super()._get_help_string(action)
@@ -68,11 +69,22 @@ def _at_least(low: int):
     return parse
 
 
+def methods_epilog() -> str:
+    """The methods --methods takes, one line each (`compare.METHOD_HELP`), after the flags."""
+    import textwrap
+
+    width = max(map(len, compare.METHODS))
+    lines = [textwrap.fill(compare.METHOD_HELP[m], 100, initial_indent=f"  {m:<{width}}  ",
+                           subsequent_indent=" " * (width + 4), break_on_hyphens=False) for m in compare.METHODS]
+    return "methods (--methods):\n" + "\n".join(lines)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m openrlhf_copo.cli.compare", formatter_class=_Help,
                                 description="Paired comparison of advantage methods (one train_ppo_ray run per "
                                             "method and seed); flags after -- go to every run, and may not redefine "
-                                            "a method, the paired flags or one of this tool's own flags.")
+                                            "a method, the paired flags or one of this tool's own flags.",
+                                epilog=methods_epilog())
     d = compare.Setting(model="", train=Path(), test=Path())
     p.add_argument("--model", help="HF model folder or name (--actor.model_name_or_path) (default: none; needed to "
                                    "run, not with --report_only)")
@@ -86,9 +98,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--label_key", default=d.label_key, help="the answer's key in the rows (--data.label_key)")
     p.add_argument("--reward", default=d.reward, help="reward file (--reward.remote_url)")
     p.add_argument("--methods", nargs="+", default=None, choices=list(compare.METHODS), metavar="METHOD",
-                   help=f"the methods, each compared with {compare.BASELINE} (run it too): "
-                        f"{', '.join(compare.METHODS)} (default: {' '.join(METHODS)} when running; with "
-                        "--report_only, every method found under --out)")
+                   help=f"the methods, each compared with {compare.BASELINE} (run it too); each is described "
+                        f"below the flags (default: {' '.join(METHODS)} when running; with --report_only, every "
+                        "method found under --out)")
     p.add_argument("--seeds", nargs="+", type=int, default=None,
                    help=f"--train.seed of each run (default: {' '.join(map(str, SEEDS))} when running; with "
                         "--report_only, every seed found under --out)")

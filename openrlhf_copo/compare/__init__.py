@@ -59,9 +59,9 @@ run on the CPU only (the tiny model in tests/e2e/test_compare_cpu.py, SmolLM2 in
 
 from openrlhf_copo.compare.command import (TOOL_FLAGS, check_extra, checkpoint_flags, extra_conflicts, run_argv,
                                            step_control_flags)
-from openrlhf_copo.compare.methods import (BASELINE, METHODS, PAIRED, SAMPLE_FACTOR, STEP_FACTOR, draw_factor,
-                                           method_record, rho_keeping_every_split, run_setting, samples_per_prompt,
-                                           sampling_budget, stops_early)
+from openrlhf_copo.compare.methods import (BASELINE, METHOD_HELP, METHODS, PAIRED, SAMPLE_FACTOR, STEP_FACTOR,
+                                           draw_factor, method_record, rho_keeping_every_split, run_setting,
+                                           samples_per_prompt, sampling_budget, stops_early)
 from openrlhf_copo.compare.plan import RECIPE_STEP, plan, plan_text
 from openrlhf_copo.compare.prompts import held_out_sources, prompt_plan, train_file, whole_passes
 from openrlhf_copo.compare.provenance import (FILE_FLAGS, PACKAGES, SCHEMA, check_finished_run,

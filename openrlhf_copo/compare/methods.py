@@ -1,6 +1,7 @@
 """The methods a comparison runs, and what every run of them shares.
 
     METHODS          each method's train_ppo_ray flags: everything else of a run is the same for every method
+    METHOD_HELP      what each method is, in one line (compare --help)
     SAMPLE_FACTOR    the methods that draw a multiple of the comparison's G per prompt (a budget control)
     STEP_FACTOR      the methods that train a multiple of the comparison's steps (a budget control); run_setting
     PAIRED           the flags of every run that make the runs of one seed comparable
@@ -74,6 +75,34 @@ METHODS: Dict[str, List[str]] = {
     "knapsack": ["--advantage_estimator", "knapsack"],
 }
 
+
+
+#: What each method is, in one line: `compare --help` lists them (the flags above say how).
+METHOD_HELP: Dict[str, str] = {
+    "grpo": "GRPO through COPO's path (the local term alone): the baseline every method is paired with",
+    "copo": "the paper's COPO: the local term blended with the global one by the consistency entropy, zero control",
+    "dapo": "OpenRLHF's group_norm with dynamic filtering (all-equal groups dropped) and clip-higher 0.28",
+    "go_only": "the global term alone (the paper's Table 3 ablation)",
+    "copo_selective": "COPO without any loss on all-incorrect prompts",
+    "go_selective": "the global term alone on all-incorrect prompts, the local term alone elsewhere (Table 3)",
+    "copo_gated": "the global term only on prompts whose rewards all agree, the local term alone elsewhere",
+    "copo_selective_rho05": "copo_selective at rho 0.5: at G = 4 every mixed split keeps the local term",
+    "copo_selective_rho04": "copo_selective at rho 0.4: the same at G = 6",
+    "grpo_masked": "GRPO with zero-variance groups out of the loss and its token-mean (a control)",
+    "copo_seqmean": "COPO with sequence-mean aggregation (the released code's seq-mean-token-mean)",
+    "grpo_seqmean": "GRPO with sequence-mean aggregation (copo_seqmean's control)",
+    "ngrpo": "NGRPO: a virtual reward-1 response in each group's statistics, its clip 0.16 / 0.24",
+    "rl_zvp": "RL-ZVP: token-entropy advantages on zero-variance groups, its clip 0.2 / 0.28",
+    "dr_grpo": "Dr. GRPO: r - mean_G r, no std",
+    "reinforce_ada": "Reinforce-Ada: more sampling rounds for unresolved prompts (up to 32 each), G kept balanced, "
+                     "the pool's success rate as baseline; draws more tokens than GRPO",
+    "reinforce_ada_copo": "reinforce_ada plus COPO's global term of the pools' success rates",
+    "copo_released": "the authors' released COPO preset (gamma 5, rho 1, their zero control and std)",
+    "grpo_4xg": "GRPO drawing and training on 4 x G per prompt (a budget control for reinforce_ada)",
+    "grpo_4xsteps": "GRPO for 4 x --steps (a budget control: the same tokens spent on more steps)",
+    "reinforce_ada_uniform": "reinforce_ada's selection control: 4 x G drawn, G kept at random, its training",
+    "knapsack": "Knapsack RL: GRPO's B x G responses allocated over the step's prompts by value (a pilot of 2 each)",
+}
 
 
 #: The methods that draw a multiple of the comparison's G per prompt, and train on all of them in ONE optimizer step

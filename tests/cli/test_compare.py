@@ -53,3 +53,21 @@ def test_help_states_every_flags_default():
     for flag, block in flags.items():
         if flag not in ("-h",):
             assert "default:" in block and len(block.split()) > 4, block  # a default and a help text
+
+
+def test_help_says_what_each_method_is():
+    """`compare --help` listed the methods by name alone (`copo_seqmean`, `copo_selective_rho05`, ...; issue 70):
+    each now has its line after the flags, and a method added without one fails here."""
+    import re
+
+    from openrlhf_copo import compare
+    from openrlhf_copo.cli import compare as cli
+
+    assert set(compare.METHOD_HELP) == set(compare.METHODS)
+    text = cli.parser().format_help()
+    listed = text.split("methods (--methods):\n", 1)[1]
+    named = re.findall(r"^  (\w+) +\S", listed, flags=re.M)
+    assert named == list(compare.METHODS)
+    flat = " ".join(listed.split())
+    assert "copo_seqmean COPO with sequence-mean aggregation (the released code's seq-mean-token-mean)" in flat
+    assert "grpo_4xsteps GRPO for 4 x --steps" in flat
