@@ -31,7 +31,8 @@ the training.
 The steps (`after_parse`), in order, each named for what it does; load_args runs the first three (the argument
 checks):
 
-    refuse_bad_arguments            every one of copo_problems, in one message (one line each): the run does not start
+    refuse_bad_arguments            every one of copo_problems, in one message (one line each), with what the device
+                                    would refuse (device_problems) for a run: the run does not start
     print_regime_and_warnings       the regime line, then copo_warnings: printed, the run goes on
     check_openrlhf_version_and_symbols
                                     the openrlhf version, and every OpenRLHF function a patch replaces (signatures
@@ -125,12 +126,39 @@ def refusal_message(problems: List[str]) -> str:
 # The steps of `after_parse`, in the order it runs them; each raises `DriverError` for a run that cannot start.
 
 
-def refuse_bad_arguments(args) -> None:
+def refuse_bad_arguments(args, run: bool = False) -> None:
     """Every one of COPO's refusals of these arguments (`config.copo_problems`), in one message
-    (`refusal_message`): the run does not start."""
+    (`refusal_message`): the run does not start. For a ``run`` (not `LOAD_ARGS`), the message also holds what the
+    device the run would get cannot run (`device_problems`), so that one try names every setting to fix; without
+    a COPO refusal, those are `decide_device`'s to say, after the checks between the two."""
     problems = copo_problems(args)
+    if problems and run:
+        problems += device_problems(args)
     if problems:
         raise DriverError(refusal_message(problems))
+
+
+def device_problems(args) -> List[str]:
+    """What the device `decide_device` would choose cannot run, each naming that device (or why none could be
+    chosen), without printing the decision: for the one message of `refuse_bad_arguments`."""
+    try:
+        decision = _device_decision(args)
+    except device.DeviceError as e:
+        return [str(e)]
+    where = "the CPU path" if decision.cpu_path else "CUDA"
+    return [f"{problem} (the actors would run on {where}: {decision.reason})"
+            for problem in _device_refusals(args, decision)]
+
+
+def _device_decision(args) -> device.DeviceDecision:
+    """`--copo.device`, with `auto` asked of the cluster the run joins (`device.decide`)."""
+    return device.decide(args.copo.device, address=device.cluster_address(), local_cuda=device.cuda_available,
+                         slots=device.cluster_slots)
+
+
+def _device_refusals(args, decision: device.DeviceDecision) -> List[str]:
+    """The settings of ``args`` that the device of ``decision`` cannot run (`cpu.cpu_problems`, `cpu.gpu_problems`)."""
+    return cpu.cpu_problems(args) if decision.cpu_path else cpu.gpu_problems(args)
 
 
 def print_regime_and_warnings(args, warn) -> None:
@@ -173,12 +201,11 @@ def decide_device(args) -> device.DeviceDecision:
     `cpu.gpu_problems`) in one message; else returns the decision, which `after_parse` hands to the steps after this
     one and `run_training` to Ray's start (``args.copo.device`` stays the flag as given)."""
     try:
-        decision = device.decide(args.copo.device, address=device.cluster_address(),
-                                 local_cuda=device.cuda_available, slots=device.cluster_slots)
+        decision = _device_decision(args)
     except device.DeviceError as e:
         raise DriverError(str(e)) from None
     print(decision.line(), file=sys.stderr, flush=True)
-    problems = cpu.cpu_problems(args) if decision.cpu_path else cpu.gpu_problems(args)
+    problems = _device_refusals(args, decision)
     if problems:
         where = "the CPU path" if decision.cpu_path else "CUDA"
         raise DriverError(f"the actors run on {where} ({decision.reason}), where {refusal_message(problems)}")
@@ -251,7 +278,7 @@ def after_parse(args, entry: str, *, warn=None) -> Optional[device.DeviceDecisio
     imports OpenRLHF's modules to read their signatures)."""
     if entry not in (CLI, FORK, LOAD_ARGS):
         raise ValueError(f"after_parse: entry {entry!r} is none of {CLI!r}, {FORK!r}, {LOAD_ARGS!r}")
-    refuse_bad_arguments(args)
+    refuse_bad_arguments(args, run=entry != LOAD_ARGS)
     print_regime_and_warnings(args, warn or _print_warning)
     check_openrlhf_version_and_symbols()
     if entry == LOAD_ARGS:

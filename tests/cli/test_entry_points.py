@@ -140,7 +140,12 @@ def test_a_forks_refusal_is_its_parsers_error(capsys):
     with pytest.raises(SystemExit) as exc:
         driver.train_from_fork(lambda a: pytest.fail("trained"), args, argparse.ArgumentParser(prog="fork"))
     assert exc.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == "fork: error: --copo.eps -1.0 must be >= 0"
+    err = capsys.readouterr().err.strip().splitlines()
+    # with what the device it would get cannot run (this machine has no CUDA: the CPU path), in the same message
+    start = next(i for i, line in enumerate(err) if line.startswith("fork: error: "))
+    assert err[start].startswith("fork: error: ") and err[start].endswith("settings are refused:"), err
+    assert "--copo.eps -1.0 must be >= 0" in err[start + 1], err
+    assert any("(the actors would run on the CPU path: --copo.device auto" in line for line in err[start + 2:]), err
 
 
 def test_the_cli_starts_ray_with_copos_settings_over_openrlhfs_then_openrlhfs_train(monkeypatch, load_args, tmp_path):

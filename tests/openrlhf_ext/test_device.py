@@ -234,3 +234,22 @@ def test_seeded_rollouts_reach_every_worker_as_the_runs_seed(load_args):
     assert driver.ray_init_kwargs(args, {}, on_cuda)["runtime_env"]["env_vars"][ROLLOUT_SEED_ENV] == "7"
     args = load_args(copo_argv())
     assert ROLLOUT_SEED_ENV not in driver.ray_init_kwargs(args, {}, on_cuda)["runtime_env"].get("env_vars", {})
+
+
+def test_a_run_with_copo_and_device_refusals_names_them_all_in_one_message(load_args):
+    """A run (not load_args) refused for a COPO setting and for settings the CPU path cannot run: one message names
+    all three, each device one with the device it would get, so the user fixes them in one try (issue 68: the device
+    refusals came only after the COPO one was fixed)."""
+    args = load_args(copo_argv("--copo.device", "cpu", "--vllm.sync_backend", "nccl", "--train.enable_ema"))
+    args.copo.eps = -1.0  # what copo_problems refuses (load_args itself would have refused it first)
+    with pytest.raises(driver.DriverError) as e:
+        driver.after_parse(args, driver.CLI)
+    lines = str(e.value).splitlines()
+    assert lines[0] == "3 settings are refused:" and len(lines) == 4, lines
+    assert "--copo.eps -1.0 must be >= 0" in lines[1], lines
+    assert lines[2].startswith("  - --vllm.sync_backend nccl: NCCL needs CUDA"), lines
+    assert lines[2].endswith("(the actors would run on the CPU path: --copo.device cpu)"), lines
+    assert lines[3].startswith("  - --train.enable_ema: OpenRLHF moves the EMA model to cuda"), lines
+    with pytest.raises(driver.DriverError) as e:  # the argument checks alone ask no device
+        driver.after_parse(args, driver.LOAD_ARGS)
+    assert "NCCL" not in str(e.value) and "--copo.eps -1.0 must be >= 0" in str(e.value)
