@@ -29,11 +29,11 @@ sys.path.insert(0, str(REPO))
 def requests(prompts: int, samples: int):
     """(prompt texts, one per request) of the demo's first ``prompts`` training prompts, each ``samples`` times."""
     from openrlhf_copo.cpu_demo.data import make_arithmetic_prompts
-    from openrlhf_copo.cpu_demo.job import DATA_VERSION, N_TEST, PROMPTS_PER_STEP, STEPS
+    from openrlhf_copo.cpu_demo.job import DATA_VERSION, HELD_OUT_ROWS, PROMPTS_PER_STEP, STEPS
     from openrlhf_copo.cpu_demo.models import cache_dir
 
     train, _ = make_arithmetic_prompts(cache_dir() / "data" / DATA_VERSION, n_train=PROMPTS_PER_STEP * STEPS,
-                                       n_test=N_TEST, seed=0)
+                                       n_test=HELD_OUT_ROWS, seed=0)
     rows = [json.loads(line) for line in open(train)][:prompts]
     return [r["prompt"] for r in rows for _ in range(samples)]
 

@@ -31,12 +31,12 @@ def decode(prompts: int) -> None:
     from vllm import LLM, SamplingParams
 
     from openrlhf_copo.cpu_demo.data import make_arithmetic_prompts
-    from openrlhf_copo.cpu_demo.job import DATA_VERSION, MAX_NEW_TOKENS, N_TEST, PROMPTS_PER_STEP, STEPS
+    from openrlhf_copo.cpu_demo.job import DATA_VERSION, HELD_OUT_ROWS, MAX_NEW_TOKENS, PROMPTS_PER_STEP, STEPS
     from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct
 
     model = smollm2_instruct()
     _, test = make_arithmetic_prompts(cache_dir() / "data" / DATA_VERSION, n_train=PROMPTS_PER_STEP * STEPS,
-                                      n_test=N_TEST, seed=0)
+                                      n_test=HELD_OUT_ROWS, seed=0)
     rows = [json.loads(line) for line in open(test)][:prompts]
     llm = LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=256, seed=0)
     tok = llm.get_tokenizer()

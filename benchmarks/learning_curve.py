@@ -30,7 +30,7 @@ The design is paired by seed (`--train.seed`). Every method of a seed starts fro
 the same prompts in the same order, and draws the same first rollout batch (`--copo.seeded_rollouts`: a
 vLLM seed per response, so the draw does not depend on batching; the table says whether step 1 agreed).
 All are evaluated on the same held-out prompts, greedily (the primary measure, compared prompt by prompt)
-and mean@k on the first N_SAMPLED. The step-0 evaluation runs once per seed, in the COPO run, and is shared.
+and mean@k on the first `job.BENCHMARK_SAMPLED`. The step-0 evaluation runs once per seed, in the COPO run, and is shared.
 Every run ends with an evaluation (`--copo.eval_after_train`) after it has drawn all the run's prompts,
 so every method is compared at the same number of generated samples (steps x prompts per step x G), which
 is also the curves' x-axis; DAPO gets there in fewer steps.
@@ -494,7 +494,7 @@ def main(argv=None) -> int:
         model = smollm2_instruct()
         # the held-out set of a seed does not depend on n_train: every --steps shares it
         train, test = make_arithmetic_prompts(cache_dir() / "data" / f"{job.DATA_VERSION}-{args.steps}steps",
-                                              n_train=job.PROMPTS_PER_STEP * args.steps, n_test=job.N_TEST, seed=0)
+                                              n_train=job.PROMPTS_PER_STEP * args.steps, n_test=job.HELD_OUT_ROWS, seed=0)
         from tqdm import tqdm
 
         for method, seed in tqdm(plan, desc="runs", unit="run"):
@@ -509,7 +509,7 @@ def main(argv=None) -> int:
     result = {"settings": {"steps": args.steps, "eval_every": args.eval_every,
                            "seeds_run": sorted({i["seed"] for i in infos}),
                            "prompts_per_step": job.PROMPTS_PER_STEP, "samples_per_prompt": SAMPLES_PER_PROMPT,
-                           "n_test": job.N_TEST, "n_sampled": job.N_SAMPLED, "eval_k": job.EVAL_K,
+                           "n_test": job.HELD_OUT_ROWS, "n_sampled": job.BENCHMARK_SAMPLED, "eval_k": job.EVAL_K,
                            "methods": {m: METHODS[m] + PAIRED for m in args.methods}},
               "environment": runs_environment(report_json, args.report_only), **summarize(args, infos)}
     result["settings"]["machine_hours"] = round(sum(i["wall_seconds"] for i in infos) / 3600, 2)

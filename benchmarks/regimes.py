@@ -89,8 +89,8 @@ def arithmetic_data(steps: int = STEPS, held_out: int = HARD_HELD_OUT) -> tuple:
     from openrlhf_copo.cpu_demo.models import cache_dir
 
     folder = cache_dir() / "data" / f"{job.DATA_VERSION}-{steps}steps"
-    train, test = make_arithmetic_prompts(folder, n_train=job.PROMPTS_PER_STEP * steps, n_test=job.N_TEST, seed=0)
-    if held_out == job.N_TEST:
+    train, test = make_arithmetic_prompts(folder, n_train=job.PROMPTS_PER_STEP * steps, n_test=job.HELD_OUT_ROWS, seed=0)
+    if held_out == job.HELD_OUT_ROWS:
         return train, test
     cut = folder / f"test-first{held_out}.jsonl"
     cut.write_text("".join(test.read_text().splitlines(keepends=True)[:held_out]))
@@ -156,7 +156,7 @@ def mixed_setting(steps: int = STEPS, lr: float = job.LR) -> compare.Setting:
 
     if lr != job.LR:
         raise SystemExit(f"--lr {lr:g}: the mixed regime runs at the learning-curve benchmark's {job.LR:g} only")
-    train, test = arithmetic_data(steps, held_out=job.N_TEST)
+    train, test = arithmetic_data(steps, held_out=job.HELD_OUT_ROWS)
     return learning_curve.mixed_setting(steps, steps, smollm2_instruct(), train, test)
 
 
@@ -548,7 +548,7 @@ def regenerated_files() -> Dict[str, Path]:
     same bytes at the same paths on the machine that made the committed runs."""
     from openrlhf_copo.cpu_demo.models import smollm2_instruct
 
-    made = [*hard_data(), *arithmetic_data(), *arithmetic_data(held_out=job.N_TEST), Path(smollm2_instruct())]
+    made = [*hard_data(), *arithmetic_data(), *arithmetic_data(held_out=job.HELD_OUT_ROWS), Path(smollm2_instruct())]
     return {str(Path(p).resolve()): Path(p) for p in made}
 
 

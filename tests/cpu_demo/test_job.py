@@ -24,10 +24,14 @@ def test_default_flags_are_ordinary_train_ppo_ray_flags_and_parse(tmp_path):
     assert args.ds.param_dtype == "fp32" and args.copo.eval_before_train
     # one rank: ZeRO-0 (ZeRO-2's partitioning only adds copies there); no "best" checkpoint copy of the last one
     assert args.ds.zero_stage == 0 and args.ckpt.best_metric_key == "none"
-    # greedy over the whole held-out set, sampled mean@k over its first N_SAMPLED; no --data.max_samples, which
-    # OpenRLHF also applies to the held-out set
-    assert args.copo.eval_greedy and args.copo.eval_sampled_prompts == job.N_SAMPLED < job.N_TEST
-    assert args.data.max_samples >= job.N_TEST
+    # greedy over the whole held-out file it is given, sampled mean@k over its first `sampled` (the benchmarks'
+    # 96 by default, the demo's N_SAMPLED of its N_TEST); no --data.max_samples, which OpenRLHF also applies to the
+    # held-out set
+    assert args.copo.eval_greedy and args.copo.eval_sampled_prompts == job.BENCHMARK_SAMPLED < job.HELD_OUT_ROWS
+    assert args.data.max_samples >= job.HELD_OUT_ROWS
+    demo = load_args(job.default_argv("m", tmp_path / "train.jsonl", tmp_path / "test.jsonl", tmp_path / "run",
+                                      sampled=job.N_SAMPLED))
+    assert demo.copo.eval_sampled_prompts == job.N_SAMPLED < job.N_TEST < job.HELD_OUT_ROWS
     assert args.eval.dataset == str(tmp_path / "test.jsonl") and args.eval.steps == job.STEPS
     assert Path(args.reward.remote_url[0]).name == "math_last_number_reward.py"
     assert Path(args.reward.remote_url[0]).is_file()
@@ -107,3 +111,20 @@ def test_a_loss_beyond_2_standard_errors_is_called_a_fall():
                               Path("/r"))
     assert "paired gain -0.500 +- 0.167 (0 prompts gained, 5 lost; a FALL of more than 2 standard errors)" in text
     assert job.verdict(0.01, 0.02) == "within 2 standard errors of no change"
+
+
+def test_the_demo_evaluates_a_prefix_of_the_held_out_file_and_trains_on_the_same_prompts(tmp_path):
+    """The demo evaluates the first N_TEST of the HELD_OUT_ROWS held-out rows (issue 70: its two evaluations were a
+    third of a run), so its training prompts are the ones the whole file leaves, as before: the train file made with
+    N_TEST held-out rows would be another."""
+    from openrlhf_copo.cpu_demo.data import held_out_prefix, make_arithmetic_prompts
+
+    train, test = make_arithmetic_prompts(tmp_path / "all", n_train=36, n_test=job.HELD_OUT_ROWS, seed=0)
+    prefix = held_out_prefix(test, job.N_TEST)
+    rows = test.read_text().splitlines()
+    assert prefix.read_text().splitlines() == rows[:job.N_TEST] and len(rows) == job.HELD_OUT_ROWS
+    assert prefix.name == f"test-first{job.N_TEST}.jsonl" and held_out_prefix(test, job.N_TEST) == prefix
+    fewer_train, _ = make_arithmetic_prompts(tmp_path / "fewer", n_train=36, n_test=job.N_TEST, seed=0)
+    assert fewer_train.read_text() != train.read_text()  # why a prefix, not a smaller file
+    with pytest.raises(ValueError, match="480 held-out rows, fewer than the 481 asked for"):
+        held_out_prefix(test, job.HELD_OUT_ROWS + 1)
