@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import sys
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Dict, List, Optional, Sequence
 
 import torch
@@ -50,7 +50,8 @@ import torch
 from openrlhf_copo.contract import (ADA_DRAWN, ADA_DRAWN_CORRECT, ADA_DRAWN_MAX, ADA_RESOLVED, ADA_ROUNDS, ADA_TOKENS,
                                     ADA_TOKENS_FIRST_ROUND, REWARD_RANGE)
 from openrlhf_copo.core import Mode, ada_keepable, ada_random_keep, ada_resolved, ada_select, mode_info
-from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import DrawCounter, prompt_key
+from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import (DrawCounter, draw_round, prompt_key,  # noqa: F401
+                                                               responses_by_prompt, reward_of)
 from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol
 
 _MODULE = "openrlhf.trainer.ppo_utils.samples_generator"
@@ -73,14 +74,6 @@ def adaptive_mode(args) -> Optional[Mode]:
 def samples_adaptively(args) -> bool:
     """Whether the run's advantage mode draws its groups adaptively (Reinforce-Ada and its selection control)."""
     return adaptive_mode(args) is not None
-
-
-def reward_of(experience) -> float:
-    """A response's reward, scored in the engine as it was sampled."""
-    if experience.rewards is None:
-        raise RuntimeError("reinforce_ada needs each response's reward when it is sampled (a reward function, "
-                           "--reward.remote_url), not a reward model scored after the rollout")
-    return float(experience.rewards.reshape(-1)[0])
 
 
 def tokens(experiences) -> int:
@@ -146,19 +139,6 @@ class Pool:
         return [self.kept[i][0] for i in ada_select([c for _, c in self.kept], self.G, self.correct, self.incorrect)]
 
 
-def responses_by_prompt(experiences: List, n: int, what: str = "reinforce_ada: the first round") -> List[List]:
-    """A round's responses as one run of n per prompt: OpenRLHF's `_generate_vllm` appends each prompt's n responses
-    together (one engine call per prompt), so they come in runs of n that share a prompt. ``what`` names the round in
-    the errors."""
-    if len(experiences) % n:
-        raise RuntimeError(f"{what}: {len(experiences)} responses, not a multiple of G = {n}")
-    runs = [experiences[k:k + n] for k in range(0, len(experiences), n)]
-    for k, run in enumerate(runs):
-        if len({(e.prompts[0], e.labels[0]) for e in run}) != 1:
-            raise RuntimeError(f"{what}: group {k} holds responses to different prompts")
-    return runs
-
-
 def pools_by_prompt(experiences: List, G: int, threshold: float,
                     chosen: Optional[List[Sequence[int]]] = None) -> List[Pool]:
     """The first round's responses as one pool per prompt (`responses_by_prompt`); ``chosen``: per prompt, the draw
@@ -184,28 +164,6 @@ def open_prompts(pools: List[Pool], G: int, settings, pool_size: Optional[int] =
         if left > 0 and not ada_resolved(pool.correct, pool.incorrect, G, settings.ada_exit):
             wanted[k] = min(settings.ada_round_size, left)
     return wanted
-
-
-def draw_round(generator, pools: List, wanted: Dict[int, int], generate_kwargs) -> None:
-    """One more round: ``wanted[k]`` responses for pool k, through OpenRLHF's dispatch (one call per round size, so
-    the engines get every request of the round at once), added to each pool in draw order. A pool is anything with
-    the ``prompt``, ``label`` and ``image`` to send and an ``add(experience)``: a `Pool`, or a group of Knapsack RL's
-    (`knapsack.Group`)."""
-    import ray
-
-    by_size = defaultdict(list)
-    for k, size in wanted.items():
-        by_size[size].append(k)
-    calls = []
-    for size, ks in by_size.items():
-        refs = generator._dispatch_prompts_to_vllm([pools[k].prompt for k in ks], [pools[k].label for k in ks],
-                                                   images=[pools[k].image for k in ks],
-                                                   **{**generate_kwargs, "n_samples_per_prompt": size})
-        calls.append((ks, refs))
-    for ks, refs in calls:
-        for k, responses in zip(ks, ray.get(refs)):
-            for r in responses:
-                pools[k].add(generator._process_response_into_experience(r, **generate_kwargs))
 
 
 def keep_seed(run_seed: int, prompt, draw: int) -> int:

@@ -30,8 +30,7 @@ import torch
 from openrlhf_copo.contract import (GROUP_SIZE, KNAPSACK_MIXED, KNAPSACK_N_MAX, KNAPSACK_N_MIN, KNAPSACK_PILOTED,
                                     KNAPSACK_SURPLUS, sample_correct)
 from openrlhf_copo.core import KNAPSACK_MIN_N, KNAPSACK_WINDOW, KnapsackAllocation, knapsack_allocation, mode_info
-from openrlhf_copo.openrlhf_ext.runtime_patches.adaptive_sampling import draw_round, responses_by_prompt, reward_of
-from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import prompt_key
+from openrlhf_copo.openrlhf_ext.runtime_patches.rollout import draw_round, prompt_key, responses_by_prompt, reward_of
 
 
 def allocates_budget(args) -> bool:

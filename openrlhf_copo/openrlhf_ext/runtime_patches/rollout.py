@@ -10,6 +10,10 @@
    (`request_sampling_params`);
 9. `SamplesGenerator._dispatch_prompts_to_vllm`: the tokenizer that OpenRLHF sends along with every prompt
    travels as its path (`TokenizerByPath`), loaded once per vLLM engine process.
+
+Also the pieces of a step that draws more than one round (patch 11's two rollouts: Reinforce-Ada's rounds in
+`adaptive_sampling`, Knapsack RL's pilot and allocation in `knapsack`): `reward_of`, `responses_by_prompt`,
+`draw_round`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from collections import defaultdict
+from typing import Dict, List
 
 from openrlhf_copo.contract import ROLLOUT_ENGINE_SEED, ROLLOUT_SEED_ENV
 from openrlhf_copo.openrlhf_ext.runtime_patches.versions import PATCHED_ATTR, check_symbol, check_vllm
@@ -278,3 +284,50 @@ def apply_tokenizer_by_path() -> None:
     """Patch 9, in Ray workers only: `SamplesGenerator._dispatch_prompts_to_vllm` sends `TokenizerByPath` where
     OpenRLHF sends the tokenizer itself with every prompt (read by the original's `.remote(hf_tokenizer=...)` only)."""
     _around_dispatch(PATCHED_ATTR, "tokenizer", lambda generator, tokenizer: TokenizerByPath.of(tokenizer))
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing more than one round in a step (patch 11: Reinforce-Ada's rounds, `adaptive_sampling`; Knapsack RL's
+# pilot and allocation, `knapsack`).
+
+def reward_of(experience) -> float:
+    """A response's reward, scored in the engine as it was sampled."""
+    if experience.rewards is None:
+        raise RuntimeError("reinforce_ada and knapsack need each response's reward when it is sampled (a reward "
+                           "function, --reward.remote_url), not a reward model scored after the rollout")
+    return float(experience.rewards.reshape(-1)[0])
+
+
+def responses_by_prompt(experiences: List, n: int, what: str = "reinforce_ada: the first round") -> List[List]:
+    """A round's responses as one run of n per prompt: OpenRLHF's `_generate_vllm` appends each prompt's n responses
+    together (one engine call per prompt), so they come in runs of n that share a prompt. ``what`` names the round in
+    the errors."""
+    if len(experiences) % n:
+        raise RuntimeError(f"{what}: {len(experiences)} responses, not a multiple of G = {n}")
+    runs = [experiences[k:k + n] for k in range(0, len(experiences), n)]
+    for k, run in enumerate(runs):
+        if len({(e.prompts[0], e.labels[0]) for e in run}) != 1:
+            raise RuntimeError(f"{what}: group {k} holds responses to different prompts")
+    return runs
+
+
+def draw_round(generator, pools: List, wanted: Dict[int, int], generate_kwargs) -> None:
+    """One more round: ``wanted[k]`` responses for pool k, through OpenRLHF's dispatch (one call per round size, so
+    the engines get every request of the round at once), added to each pool in draw order. A pool is anything with
+    the ``prompt``, ``label`` and ``image`` to send and an ``add(experience)``: a `Pool`, or a group of Knapsack RL's
+    (`knapsack.Group`)."""
+    import ray
+
+    by_size = defaultdict(list)
+    for k, size in wanted.items():
+        by_size[size].append(k)
+    calls = []
+    for size, ks in by_size.items():
+        refs = generator._dispatch_prompts_to_vllm([pools[k].prompt for k in ks], [pools[k].label for k in ks],
+                                                   images=[pools[k].image for k in ks],
+                                                   **{**generate_kwargs, "n_samples_per_prompt": size})
+        calls.append((ks, refs))
+    for ks, refs in calls:
+        for k, responses in zip(ks, ray.get(refs)):
+            for r in responses:
+                pools[k].add(generator._process_response_into_experience(r, **generate_kwargs))
