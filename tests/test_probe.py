@@ -97,7 +97,7 @@ def test_the_nearest_regimes_columns_are_the_which_method_when_tables_and_it_end
     assert f"| any | `reinforce_ada` | `{flags}` | 3.75 | +0.133 [+0.054, +0.213] over GRPO, 5 seeds |" in readme
     assert lines[-1].startswith(f"Nearest regime: hard; use reinforce_ada: {flags} (3.75x GRPO's generated tokens; "
                                 "+0.133 [+0.054, +0.213] over GRPO, 5 seeds; evidence: benchmarks/results/regimes.md")
-    assert "At GRPO's generated tokens: grpo: --advantage_estimator copo --copo.mode grpo" in lines[-1]
+    assert "At equal generated tokens: grpo: --advantage_estimator copo --copo.mode grpo" in lines[-1]
 
 
 def test_no_regimes_file_is_said_in_one_line(tmp_path):
