@@ -60,8 +60,8 @@ BENCHMARK_SAMPLED = 96
 #: The paired standard error of the greedy gain is about sqrt(share of prompts changing verdict / N_TEST): 0.024-0.029
 #: at 480 prompts in the demo's runs, where a third to two fifths change, so about 0.034-0.041 at 240, a tenth to a
 #: quarter of the gains the demo has shown (+0.10 to +0.31). 240, not all 480: the two evaluations were about a third
-#: of the run (2.3 and 1.3 minutes of 10.4 on a slow 2-core machine, 2026-12-06), and the run must stay under ten
-#: minutes in a fresh clone on such a machine (docs/cpu-demo.md).
+#: of the run at 480 (benchmarks/results/cpu_demo/2026-12-06-g6-pins-480), and the run must stay under ten minutes
+#: in a fresh clone on a slow 2-core machine (docs/cpu-demo.md).
 N_TEST = 240
 N_SAMPLED = 48
 EVAL_K = 2
