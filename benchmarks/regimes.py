@@ -116,9 +116,13 @@ def plateau_start(episodes: int = PLATEAU_EPISODES, seed: int = 0, record: Path 
     model = work / "model"
     if not (model / "config.json").exists():
         (work / f"grpo-seed{seed}" / "done.json").unlink(missing_ok=True)  # no model: the run is not done
-    setting = job.compare_setting(smollm2_instruct(), train, test, STEPS, eval_every=PLATEAU_EVAL_EVERY,
+    # its passes are the tool's own steps (whole passes over the 72 prompts: `prompts.prompt_plan`), so the run is
+    # checked against the steps it trains: the preset's own --train.num_episodes 1 goes (it would cut the passes to
+    # one), and none is added after -- (that trained 48 steps where the tool expected 12, and failed the run)
+    setting = job.compare_setting(smollm2_instruct(), train, test, STEPS * episodes, eval_every=PLATEAU_EVAL_EVERY,
                                   samples_per_prompt=G, overrides={"--copo.eval_sampled_prompts": str(HARD_SAMPLED)})
-    setting.extra += ["--train.num_episodes", str(episodes), "--ckpt.output_dir", str(model)]
+    at = setting.extra.index("--train.num_episodes")
+    setting.extra = setting.extra[:at] + setting.extra[at + 2:] + ["--ckpt.output_dir", str(model)]
     compare.run_one(setting, "grpo", seed, work, step0=True)
     if not (model / "config.json").exists():
         raise SystemExit(f"the plateau start run finished without its final model in {model}: see its log in "

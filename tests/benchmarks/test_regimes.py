@@ -68,12 +68,14 @@ def test_the_screen_holds_every_method_the_issue_names(regimes):
 def test_the_plateau_start_is_made_once_remade_without_its_model_and_shared(offline, tmp_path, monkeypatch):
     """The start is GRPO from the base model over the arithmetic mix's 72 prompts for `PLATEAU_EPISODES` passes, its
     final model kept in the cache; a run of the regime starts from it and trains on the same prompts."""
-    made = []
+    made, checked = [], []
 
     def fake_run_one(setting, method, seed, out, step0):  # the tool's run: its command line, and the model it leaves
         if (out / f"{method}-seed{seed}" / "done.json").exists():  # as the tool: a finished run is kept
             return {}
-        made.append(load_args(compare.run_argv(setting, method, seed, out / "run", Path(setting.train), step0)))
+        train, episodes = compare.train_file(setting, out)
+        made.append(load_args(compare.run_argv(setting, method, seed, out / "run", train, step0, episodes)))
+        checked.append(setting.steps)  # what run_one checks the finished run's training steps against
         model = Path(made[-1].ckpt.output_dir)
         model.mkdir(parents=True, exist_ok=True)
         (model / "config.json").write_text("{}")
@@ -90,6 +92,10 @@ def test_the_plateau_start_is_made_once_remade_without_its_model_and_shared(offl
     assert start.copo.mode == "grpo" and start.actor.model_name_or_path == "smollm2"
     assert start.train.num_episodes == offline.PLATEAU_EPISODES and start.eval.steps == offline.PLATEAU_EVAL_EVERY
     assert start.rollout.n_samples_per_prompt == 6 and start.train.seed == 0
+    # the steps it trains (passes x 72 prompts / 6 a step) are those the tool checks it made: a run of more steps
+    # than that is failed after it finished (`runner.check_steps`), as the 48-step start once was against 12
+    trained = start.train.num_episodes * len(Path(start.data.prompt_dataset).read_text().splitlines()) // 6
+    assert trained == checked[0] == offline.PLATEAU_EPISODES * offline.STEPS
     assert Path(start.ckpt.output_dir) == Path(s.start) and Path(s.start).is_relative_to(tmp_path / "cache")
     assert (tmp_path / "results" / "plateau_start" / "metrics.jsonl").exists()  # the curve, for the record
     run = load_args(compare.run_argv(s, "copo", 0, tmp_path / "r", Path(s.train), step0=False))
@@ -233,10 +239,12 @@ def test_the_notes_under_the_table_explain_each_interval_of_zero_width(regimes, 
 def test_a_probe_of_reinforce_ada_records_its_rounds_cost(offline, tmp_path, monkeypatch):
     """`probe --method reinforce_ada`: one step of that method over the probe's prompts, and its step-1 cost (rounds,
     draws, tokens in all rounds and in the first, generation time) beside the regime's shares."""
-    made = []
+    made, checked = [], []
 
     def fake_run_one(setting, method, seed, out, step0):
-        made.append(load_args(compare.run_argv(setting, method, seed, out / "run", Path(setting.train), step0)))
+        train, episodes = compare.train_file(setting, out)
+        made.append(load_args(compare.run_argv(setting, method, seed, out / "run", train, step0, episodes)))
+        checked.append(setting.steps)  # what run_one checks the finished run's training steps against
         (out / f"{method}-seed{seed}").mkdir(parents=True, exist_ok=True)
         row = {"step": 1, "copo_zero_std": 0.75, "copo_ada_rounds": 5, "copo_ada_drawn": 29.5, "copo_ada_drawn_max": 32,
                "copo_ada_resolved": 0.25, "copo_ada_tokens": 30000, "copo_ada_tokens_first_round": 5000,
@@ -293,10 +301,12 @@ def test_grpo_4xg_probes_at_4g_and_its_cost_is_the_tokens_it_generated(offline, 
     """The budget control (`compare.SAMPLE_FACTOR`) draws 4 x G: a probe of it runs and records G = 24 (the regime's
     6 before), and the cost table counts what its steps generated, 144 responses of their own length: over two seeds
     whose lengths differ (15 against GRPO's 20, then 25 and 25) x3.0 and x4.0 GRPO's tokens, not 4 by construction."""
-    made = []
+    made, checked = [], []
 
     def fake_run_one(setting, method, seed, out, step0):
-        made.append(load_args(compare.run_argv(setting, method, seed, out / "run", Path(setting.train), step0)))
+        train, episodes = compare.train_file(setting, out)
+        made.append(load_args(compare.run_argv(setting, method, seed, out / "run", train, step0, episodes)))
+        checked.append(setting.steps)  # what run_one checks the finished run's training steps against
         (out / f"{method}-seed{seed}").mkdir(parents=True, exist_ok=True)
         (out / f"{method}-seed{seed}" / "metrics.jsonl").write_text(json.dumps({"step": 1, "copo_zero_std": 0.5}))
         return {"method": method, "seed": seed, "wall_seconds": 600}
