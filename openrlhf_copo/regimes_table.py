@@ -14,8 +14,8 @@ from importlib import resources
 from typing import Dict, List
 
 #: The rows of the "which method when" table, in order.
-TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked", "reinforce_ada",
-                 "grpo_4xg", "reinforce_ada_copo"]
+TABLE_METHODS = ["copo", "dapo", "ngrpo", "rl_zvp", "copo_selective_rho04", "grpo_masked", "knapsack", "reinforce_ada",
+                 "grpo_4xg", "reinforce_ada_uniform", "reinforce_ada_copo"]
 #: The method a row stands for at another G: COPO-Selective at the rho that keeps every mixed split local is rho 0.4
 #: at G = 6 and 0.5 at G = 4 (`compare.rho_keeping_every_split`).
 AT_G = {("copo_selective_rho04", 4): "copo_selective_rho05"}
