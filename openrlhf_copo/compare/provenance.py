@@ -171,15 +171,18 @@ def read_marker(path: Path) -> dict:
     return read_record(info)
 
 
-def records_differ(recorded: dict, wanted: dict) -> Optional[tuple]:
+def records_differ(recorded: dict, wanted: dict, skip: Sequence[str] = ()) -> Optional[tuple]:
     """The first setting in which two runs' records (`read_record`'s shape) differ: (flag, recorded's, wanted's),
     each a value, or for a file a path with its content; None when they agree. A file flag (`FILE_FLAGS`) is compared
-    by content where both records hold its content, so the same bytes at another path agree; else by path."""
+    by content where both records hold its content, so the same bytes at another path agree; else by path. The
+    flags in ``skip`` are not compared."""
     def said(record, flag):
         path, digest = record["settings"].get(flag), (record["content"] or {}).get(flag)
         return path if digest is None else f"{path} (sha256 {digest[:12]})"
 
     for flag, value in wanted["settings"].items():
+        if flag in skip:
+            continue
         theirs, ours = (recorded["content"] or {}).get(flag), (wanted["content"] or {}).get(flag)
         if flag in FILE_FLAGS and theirs is not None and ours is not None:
             if theirs != ours:
@@ -338,9 +341,11 @@ def check_same_environment(out: Path, infos: List[dict]) -> None:
 def check_same_settings(out: Path, infos: List[dict]) -> Optional[dict]:
     """Refuses a report that would pair runs made with different settings (done.json's ``settings``; files by content
     where both runs recorded it: `records_differ`), naming the flag and the two runs; returns the settings they share
-    (None when no run recorded them: schema 0)."""
+    (None when no run recorded them: schema 0). The start checkpoint is not among them: runs pair within a seed, and
+    `check_same_start` holds each seed's runs to one start, so seeds begun from other starts (a start remade on
+    another machine, whose weights differ at float level, for new seeds) sit in one folder, each pair on its own."""
     infos = [read_record(i) for i in infos]
-    unlike = _unlike_run(out, infos, "settings", records_differ)
+    unlike = _unlike_run(out, infos, "settings", lambda a, b: records_differ(a, b, skip=("--start_checkpoint",)))
     if unlike:
         other, first, (flag, theirs, ours) = unlike
         raise SystemExit(f"{out}: {other} was made with {flag} {theirs!r}, {first} with {ours!r}: a paired "

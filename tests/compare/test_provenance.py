@@ -27,15 +27,17 @@ def files(folder: Path, held_out: str = "1010") -> compare.Setting:
                            reward=str(folder / "reward.py"), prompts_per_step=4, steps=2)
 
 
-def finish(out: Path, method: str, s: compare.Setting, outcomes: str = "1010") -> dict:
-    """A run of ``method`` (seed 0) finished with ``s``, recorded as `run_one` records it (schema 2)."""
-    d = compare.run_dir(out, method, 0)
+def finish(out: Path, method: str, s: compare.Setting, outcomes: str = "1010", seed: int = 0) -> dict:
+    """A run of ``method`` finished with ``s``, recorded as `run_one` records it (schema 2)."""
+    d = compare.run_dir(out, method, seed)
     d.mkdir(parents=True)
     rows = [{"step": 1}, {"step": 2}, {"step": 2, "eval": 1, "eval_x_greedy": 0.5, "eval_x_greedy_outcomes": outcomes}]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    info = {"schema": compare.SCHEMA, "method": method, "seed": 0, "wall_seconds": 60.0,
+    info = {"schema": compare.SCHEMA, "method": method, "seed": seed, "wall_seconds": 60.0,
             "settings": compare.settings_of(s), "content": compare.content_of(s), **compare.method_record(method),
             "environment": compare.environment()}
+    if s.start:
+        info["start_sha256"] = info["content"]["--start_checkpoint"]
     (d / "done.json").write_text(json.dumps(info))
     return info
 
@@ -130,6 +132,29 @@ def test_a_start_is_fingerprinted_by_its_weights_and_a_report_refuses_to_pair_tw
     del infos[3]["start_sha256"]  # a run with no record of its start beside one with a record: refused too
     with pytest.raises(SystemExit, match="copo-seed1"):
         compare.check_same_start(tmp_path / "runs", infos)
+
+
+def test_seeds_begun_from_two_starts_pair_each_seed_on_its_own(tmp_path):
+    """A start remade on another machine (the same path, weights that differ at float level) for new seeds: each
+    seed's GRPO and COPO share their start, so the report pairs them seed by seed (COPO +0.25 on the first start's
+    seed, +0.5 on the second's: +0.375). The report had refused the folder for --start_checkpoint's content. Within
+    a seed two starts are still refused."""
+    s = files(tmp_path / "data")
+    start = tmp_path / "start"
+    start.mkdir()
+    (start / "config.json").write_text("{}")
+    out, infos = tmp_path / "out", []
+    for seed, weights, copo in ((0, b"first", "1110"), (1, b"second", "1111")):
+        (start / "model.safetensors").write_bytes(weights)
+        s.start = str(start)
+        infos += [finish(out, "grpo", s, "1010", seed), finish(out, "copo", s, copo, seed)]
+    assert infos[0]["start_sha256"] != infos[2]["start_sha256"]
+    result = compare.report(out, infos)
+    assert result["table"]["copo"]["seeds"] == [0, 1]
+    assert result["table"]["copo"]["minus_baseline"]["mean"] == pytest.approx(0.375)
+    infos[3]["start_sha256"] = infos[0]["start_sha256"]  # seed 1's COPO from the first start: not its GRPO's
+    with pytest.raises(SystemExit, match=r"copo-seed1\. A paired comparison needs one start per seed"):
+        compare.report(out, infos)
 
 
 def test_a_rerun_refuses_a_finished_run_made_with_other_settings_naming_the_flag(tmp_path):
