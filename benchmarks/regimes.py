@@ -501,6 +501,21 @@ def plot_start_curve(curve: List[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def runs_from_start(name: str) -> str:
+    """Which committed runs began from the plateau start ``name`` (`start-<sha256's first 12>`, its folder under
+    plateau_start/): by their done.json's ``start_sha256``, per results folder the methods and seeds."""
+    fingerprint, runs = name.removeprefix("start-"), {}
+    for marker in sorted(RESULTS.glob("*/*-seed*/done.json")):
+        info = json.loads(marker.read_text())
+        if (info.get("start_sha256") or "").startswith(fingerprint):
+            runs.setdefault(marker.parent.parent.name, {}).setdefault(info["method"], []).append(info["seed"])
+    if not runs:
+        return "No committed run began from it."
+    return "Runs that began from it (their done.json's `start_sha256`): " + "; ".join(
+        f"`{folder}/` " + ", ".join(f"{method} seeds {' '.join(map(str, sorted(seeds)))}"
+                                     for method, seeds in methods.items()) for folder, methods in runs.items()) + "."
+
+
 def report() -> Dict[str, dict]:
     """regimes.md (per regime the tool's table, with its generated tokens and equal-token differences, then the
     which-method-when table), regimes.json, regimes.png and `TOKENS_PLOT`; the README's decision table
@@ -532,8 +547,8 @@ def report() -> Dict[str, dict]:
                  start_curve_markdown(curve), "", "Plot: regimes_plateau_start.png.", ""]
         plot_start_curve(curve, RESULTS.parent / "regimes_plateau_start.png")
     for again in sorted((RESULTS / "plateau_start").glob("start-*/metrics.jsonl")):
-        text += [f"### The plateau start regenerated on another machine: {again.parent.name} (runs that record this "
-                 "start_sha256 began from it)", "", start_curve_markdown(start_curve(again)), ""]
+        text += [f"### The plateau start made again: {again.parent.name}", "", runs_from_start(again.parent.name), "",
+                 start_curve_markdown(start_curve(again)), ""]
 
     text += ["Held-out greedy accuracy against generated tokens, per regime (each regime's tables above give the tokens "
              "and the equal-token differences): regimes_tokens.png.", ""]

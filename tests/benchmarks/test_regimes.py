@@ -180,6 +180,22 @@ def test_the_plateau_start_curve_pairs_each_evaluation_with_the_pass_before_it(r
     assert (tmp_path / "curve.png").stat().st_size > 0
 
 
+def test_each_plateau_start_names_the_runs_that_began_from_it(regimes, tmp_path, monkeypatch):
+    """By the start_sha256 its runs recorded (its first 12 hex digits name the start's folder), per results folder;
+    a run of another start, or of none, is not named."""
+    monkeypatch.setattr(regimes, "RESULTS", tmp_path)
+    for folder, method, seed, start in (("plateau", "grpo", 1, "ab" * 32), ("plateau", "copo", 1, "ab" * 32),
+                                        ("plateau", "grpo", 0, None), ("plateau-pins", "grpo", 5, "ab" * 32),
+                                        ("plateau-pins", "grpo", 0, "cd" * 32)):
+        run = compare.run_dir(tmp_path / folder, method, seed)
+        run.mkdir(parents=True)
+        (run / "done.json").write_text(json.dumps({"method": method, "seed": seed, "start_sha256": start}))
+    assert regimes.runs_from_start("start-" + "ab" * 6) == (
+        "Runs that began from it (their done.json's `start_sha256`): `plateau/` copo seeds 1, grpo seeds 1; "
+        "`plateau-pins/` grpo seeds 5.")
+    assert regimes.runs_from_start("start-" + "ef" * 6) == "No committed run began from it."
+
+
 def test_the_readme_table_is_the_committed_runs_table(regimes):
     """The README's decision table, regimes.md's which-method-when table, and the package's copy the probe compares
     against (`regimes_table.TABLE_FILE`), are what `regimes.py report` makes from the committed runs: a run added
