@@ -136,9 +136,13 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # local_files_only: the GGUF is a local file, and transformers writes the flag into tokenizer_config.json, as
+        # True under HF_HUB_OFFLINE=1 and False without it. Set either way, the folder's bytes (which runs are paired
+        # by: `compare.model_fingerprint`) would follow the build's environment, not its inputs.
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, **_dequantize_gguf_kwargs()
+            gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True,
+            **_dequantize_gguf_kwargs()
         )
         _special_tokens_from_gguf(tokenizer, model.config)
         model.save_pretrained(out)

