@@ -137,8 +137,8 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
     try:
         # local_files_only: the GGUF is a local file, and transformers writes the flag into tokenizer_config.json, as
-        # True under HF_HUB_OFFLINE=1 and False without it. Set either way, the folder's bytes (which runs are paired
-        # by: `compare.model_fingerprint`) would follow the build's environment, not its inputs.
+        # True under HF_HUB_OFFLINE=1 and False without it. Left to the environment, the folder's bytes (which runs
+        # are paired by: `compare.model_fingerprint`) would follow where it was built, not what it was built from.
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True,
