@@ -22,6 +22,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PY=${PYTHON:-python3}
+# The machine as this build found it, first in CI's log: a run that fails or times out on a kept machine can then be
+# read against what that machine had (free memory, /dev/shm, disk, Ray or vLLM processes left running).
+echo "setup_cpu: $(nproc) cores; $(free -m | awk '/^Mem:/{print $7}') MiB memory available;" \
+     "/dev/shm $(du -sh /dev/shm 2>/dev/null | cut -f1) used; $(df -h . | awk 'NR==2{print $4}') disk free;" \
+     "$(pgrep -c -f 'raylet|gcs_server|VLLM::' || true) Ray/vLLM processes"
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 VPY="$ROOT/.venv/bin/python"
@@ -63,9 +68,10 @@ cp -r "$ROOT/cpu/stubs/flash_attn" "$SITE/flash_attn"
 "${PIP[@]}" --no-deps -e .
 # pytest pinned below 9.2: pytest 9.2 no longer takes the node id pytest-xdist 3.8 rewrites for --dist loadgroup, so the
 # heavy tests' group is silently ignored and two training runs share the machine (pytest-dev/pytest-xdist#1386;
-# tests/test_quick_tier.py::test_under_xdist_one_worker_runs_every_heavy_test fails on 9.2.0)
+# tests/test_quick_tier.py::test_under_xdist_one_worker_runs_every_heavy_test fails on 9.2.0). pytest-timeout: a test
+# that hangs fails after pyproject.toml's `timeout`, showing where it hung, instead of holding CI to its limit.
 "${PIP[@]}" -c "$CONS" "math-verify[antlr4_13_2]==0.9.0" "scipy==1.15.3" "psutil>=5.9" "filelock>=3.16" \
-    "pytest==9.1.1" "pytest-xdist==3.8.0" matplotlib "gguf==0.19.0" "reasoning-gym==0.1.25"
+    "pytest==9.1.1" "pytest-xdist==3.8.0" "pytest-timeout==2.4.0" matplotlib "gguf==0.19.0" "reasoning-gym==0.1.25"
 "$VPY" -m pip uninstall -y -q triton 2>/dev/null || true
 "$VPY" - <<'PYEOF'
 import torch, vllm, deepspeed, ray, openrlhf, transformers, math_verify  # noqa: F401

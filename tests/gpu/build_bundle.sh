@@ -50,7 +50,7 @@ PIP=("$VPY" -m pip --disable-pip-version-check)
 TRANSFORMERS_PIN=$(grep -E '^transformers==' requirements.txt)
 [ -n "$TRANSFORMERS_PIN" ] || { echo "build_bundle: error: requirements.txt pins no transformers==" >&2; exit 2; }
 WANTED=("ray[default]==2.55.0" "math-verify[antlr4_13_2]==0.9.0" "$TRANSFORMERS_PIN" hjson datasets jsonlines loralib
-        optree pylatexenc "pynvml>=12.0.0" torchdata pytest)
+        optree pylatexenc "pynvml>=12.0.0" torchdata pytest "pytest-timeout==2.4.0")
 echo "build_bundle: resolving for CPython 3.12 manylinux x86-64"
 # openrlhf and deepspeed are added without their dependencies: openrlhf's pins (flash-attn, torch) are the node's
 # business, and what else it and DeepSpeed import is in WANTED.
