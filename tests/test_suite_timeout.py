@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 import time
 
 HANGING = """
@@ -24,7 +23,7 @@ def test_the_suite_runs_under_a_time_limit_per_test_above_its_longest_test(reque
 
 
 def test_a_hanging_test_fails_at_the_limit_naming_the_timeout(tmp_path):
-    (tmp_path / "test_hang.py").write_text(textwrap.dedent(HANGING))
+    (tmp_path / "test_hang.py").write_text(HANGING)
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-o",
                            "timeout=2", "test_hang.py"], cwd=tmp_path, capture_output=True, text=True, timeout=90)
